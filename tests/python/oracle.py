@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Independent oracle for the tensormount integration tests.
+
+Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
+`safetensors` package and numpy.
+
+  oracle.py write-fixtures DIR          write test .safetensors files into DIR
+  oracle.py compare SRC TENSOR_DIR      check a mounted tree against SRC
+  oracle.py load-all SRC                JSON {name: [dtype, shape, sha256]}
+
+SRC is a .safetensors file or a directory; for a directory every *.safetensors
+file directly inside it is used (tensor names must be unique across them).
+"""
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+# safetensors dtype -> numpy dtype (little-endian). Dtypes numpy cannot
+# represent (BF16, F8_*, F6_*, F4) are read as raw bytes via RAW_VIEW instead.
+NUMPY = {
+    "BOOL": "?", "U8": "u1", "I8": "i1", "I16": "<i2", "U16": "<u2", "F16": "<f2",
+    "I32": "<i4", "U32": "<u4", "F32": "<f4", "C64": "<c8", "F64": "<f8",
+    "I64": "<i8", "U64": "<u8",
+}
+# Same-width integer views for the others; None = sub-byte packing, compare
+# as a flat byte array because the shape does not apply to bytes.
+RAW_VIEW = {"BF16": "<u2", "F6_E2M3": None, "F6_E3M2": None, "F4": None}
+
+LONG_NAME = "long." + "n" * 295  # 300 characters, longer than NAME_MAX (255)
+
+
+# ---------------------------------------------------------------- fixtures
+
+def write_fixtures(out):
+    rng = np.random.default_rng(0)
+    os.makedirs(os.path.join(out, "sharded"), exist_ok=True)
+
+    single = {
+        "a/b": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
+        "weird%name": np.array([-(2**62), -1, 0, 1, 2**62], dtype=np.int64),
+        "x.y.z": np.linspace(-2, 2, 8, dtype=np.float16).reshape(2, 2, 2),
+        ".": np.zeros((0,), dtype=np.uint8),
+        "..": np.array([True, False, True]),
+        "scalar": np.array(3.141592653589793, dtype=np.float64),
+        "complex": np.array([1 + 2j, -3.5 - 0.25j], dtype=np.complex64),
+    }
+    save_file(single, os.path.join(out, "single.safetensors"),
+              metadata={"format": "np", "author": "oracle"})
+
+    big = {
+        "big": rng.standard_normal((1024, 1024), dtype=np.float32),  # 4 MiB
+        "small.i8": np.arange(-3, 4, dtype=np.int8),
+        "small.u16": np.array([0, 1, 65535], dtype=np.uint16),
+        "small.i32": np.array([[7, -7], [2**31 - 1, -(2**31)]], dtype=np.int32),
+    }
+    save_file(big, os.path.join(out, "big.safetensors"), metadata={"format": "np"})
+
+    shards = [
+        {
+            "model.embed.weight": rng.standard_normal((16, 8), dtype=np.float32),
+            LONG_NAME: np.arange(6, dtype=np.float16).reshape(2, 3),
+            "a/b": np.array([1, 2, 3], dtype=np.int32),
+        },
+        {
+            "model.layers.0.w": rng.integers(0, 255, size=(4, 4), dtype=np.uint8),
+            "weird%name": np.array([0.5, -0.5], dtype=np.float64),
+            "..": np.array(7, dtype=np.int64),
+        },
+    ]
+    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    weight_map, total = {}, 0
+    for name, tensors in zip(names, shards):
+        save_file(tensors, os.path.join(out, "sharded", name), metadata={"format": "pt"})
+        for key, value in tensors.items():
+            weight_map[key] = name
+            total += value.nbytes
+    with open(os.path.join(out, "sharded", "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
+                  f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"wrote fixtures to {out}")
+
+
+# ---------------------------------------------------------------- reading
+
+def read_header(path):
+    """Return (data_start, {name: info}) straight from the file's header."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return 8 + n, header
+
+
+def source_files(src):
+    if os.path.isdir(src):
+        return sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors"))
+    return [src]
+
+
+def load(src):
+    """Yield (name, dtype, shape, array) for every tensor of SRC.
+
+    The array has the numpy dtype, or the raw view (see RAW_VIEW) for dtypes
+    numpy lacks: those come from the raw bytes at the header's offsets.
+    """
+    names = set()
+    for path in source_files(src):
+        start, header = read_header(path)
+        with safe_open(path, framework="numpy") as f:
+            for name in f.keys():
+                if name in names:
+                    raise SystemExit(f"tensor {name!r} appears twice in {src}")
+                names.add(name)
+                sl = f.get_slice(name)
+                dtype, shape = sl.get_dtype(), sl.get_shape()
+                if dtype in NUMPY:
+                    yield name, dtype, shape, f.get_tensor(name)
+                    continue
+                begin, end = header[name]["data_offsets"]
+                with open(path, "rb") as raw:
+                    raw.seek(start + begin)
+                    data = raw.read(end - begin)
+                yield name, dtype, shape, raw_array(data, dtype, shape)
+
+
+def raw_array(data, dtype, shape):
+    view = RAW_VIEW.get(dtype, "u1")  # F8_* are one byte per element
+    if view is None:
+        return np.frombuffer(data, dtype="u1")
+    return np.frombuffer(data, dtype=view).reshape(shape)
+
+
+def le_bytes(array):
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+# ---------------------------------------------------------------- commands
+
+def xattr(path, key):
+    try:
+        return os.getxattr(path, key, follow_symlinks=False).decode()
+    except OSError:
+        return None
+
+
+def compare(src, tensor_dir, allow_extra=False):
+    by_name, errors = {}, []
+    for root, _dirs, files in os.walk(tensor_dir):
+        for f in files:
+            path = os.path.join(root, f)
+            name = xattr(path, "user.safetensors.name")
+            if name is None:
+                continue
+            if name in by_name:
+                errors.append(f"{name!r}: two files, {by_name[name]} and {path}")
+            by_name[name] = path
+
+    seen = set()
+    for name, dtype, shape, expected in load(src):
+        seen.add(name)
+        path = by_name.get(name)
+        if path is None:
+            errors.append(f"{name!r}: no file with this user.safetensors.name")
+            continue
+        shape_json = json.dumps(shape, separators=(",", ":"))
+        for key, want in (("dtype", dtype), ("shape", shape_json)):
+            got = xattr(path, f"user.safetensors.{key}")
+            if got != want:
+                errors.append(f"{name!r}: xattr {key} is {got!r}, want {want!r}")
+
+        np_dtype, np_shape = expected.dtype, expected.shape
+        try:
+            got = np.fromfile(path, dtype=np_dtype)
+            if got.size != expected.size:
+                errors.append(f"{name!r}: fromfile gave {got.size} elements, want {expected.size}")
+                continue
+            got = got.reshape(np_shape)
+        except (OSError, ValueError) as e:
+            errors.append(f"{name!r}: fromfile failed: {e}")
+            continue
+        if not np.array_equal(got, expected, equal_nan=expected.dtype.kind in "fc") \
+                or le_bytes(got) != le_bytes(expected):
+            errors.append(f"{name!r}: fromfile contents differ")
+
+        if expected.nbytes:  # numpy refuses to memmap an empty file
+            try:
+                mm = np.memmap(path, mode="r", dtype=np_dtype, shape=np_shape)
+                if le_bytes(mm) != le_bytes(expected):
+                    errors.append(f"{name!r}: memmap contents differ")
+                del mm
+            except (OSError, ValueError) as e:
+                errors.append(f"{name!r}: memmap failed: {e}")
+
+    if not allow_extra:
+        for name in sorted(set(by_name) - seen):
+            errors.append(f"{name!r}: file {by_name[name]} is not a tensor of {src}")
+
+    for e in errors:
+        print(f"MISMATCH {e}")
+    if errors:
+        return 1
+    print(f"ok {len(seen)} tensors")
+    return 0
+
+
+def load_all(src):
+    summary = {}
+    for name, dtype, shape, array in load(src):
+        summary[name] = [dtype, shape, hashlib.sha256(le_bytes(array)).hexdigest()]
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("write-fixtures").add_argument("dir")
+    p = sub.add_parser("compare")
+    p.add_argument("src")
+    p.add_argument("tensor_dir")
+    p.add_argument("--allow-extra", action="store_true",
+                   help="ignore tagged files whose tensor is not in SRC")
+    sub.add_parser("load-all").add_argument("src")
+    args = parser.parse_args()
+
+    if args.cmd == "write-fixtures":
+        return write_fixtures(args.dir) or 0
+    if args.cmd == "compare":
+        return compare(args.src, args.tensor_dir, args.allow_extra)
+    return load_all(args.src)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
