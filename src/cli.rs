@@ -1,0 +1,168 @@
+//! The command line: arguments and `-o` mount options.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Mount safetensors files and model directories as read-only trees of raw tensor files.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tensormount",
+    version,
+    after_help = "fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0\n\
+                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict; the generic \
+                  mount options (ro, rw, nodev, nosuid, noexec, noatime, nofail, _netdev, defaults, x-*, ...) \
+                  are accepted and ignored (the mount is always read-only)."
+)]
+pub struct Args {
+    /// Stay in the foreground; SIGINT or SIGTERM unmounts and exits.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+
+    /// Mount options, comma-separated (`\,` for a literal comma); may be repeated.
+    #[arg(short = 'o', value_name = "OPT[,OPT...]")]
+    pub options: Vec<String>,
+
+    /// Mount nothing: validate SOURCE as a mount would and print one row per tensor.
+    #[arg(long)]
+    pub list: bool,
+
+    /// With --list: print JSON instead of a table.
+    #[arg(long, requires = "list")]
+    pub json: bool,
+
+    /// A .safetensors file or a model directory.
+    pub source: PathBuf,
+
+    /// An existing directory to mount on (not needed with --list).
+    #[arg(required_unless_present = "list")]
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// The `-o` options tensormount acts on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MountOptions {
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub auto_unmount: bool,
+    pub fsname: Option<String>,
+    pub strict: bool,
+    pub noexec: bool,
+}
+
+/// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.
+const IGNORED: &[&str] = &[
+    "ro",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "async",
+    "sync",
+    "dirsync",
+    "atime",
+    "noatime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "lazytime",
+    "nolazytime",
+    "diratime",
+    "nodiratime",
+    "nofail",
+    "_netdev",
+    "defaults",
+];
+
+impl MountOptions {
+    /// Parses every `-o` argument. Unknown options are an error that names them; `rw` gives a warning.
+    pub fn parse(args: &[String]) -> Result<MountOptions, String> {
+        let mut opts = MountOptions::default();
+        for opt in args.iter().flat_map(|a| split_options(a)) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt.as_str(), None),
+            };
+            match (key, value) {
+                ("allow_other", None) => opts.allow_other = true,
+                ("allow_root", None) => opts.allow_root = true,
+                ("auto_unmount", None) => opts.auto_unmount = true,
+                ("strict", None) => opts.strict = true,
+                ("noexec", None) => opts.noexec = true,
+                ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
+                ("rw", None) => log::warn!("option `rw` ignored: the mount is always read-only"),
+                ("comment", Some(_)) => {}
+                (k, _) if k.starts_with("x-") || k.starts_with("X-") => {}
+                (k, None) if IGNORED.contains(&k) => {}
+                _ => return Err(format!("unknown mount option `{opt}`")),
+            }
+        }
+        if opts.allow_other && opts.allow_root {
+            return Err("options `allow_other` and `allow_root` exclude each other".into());
+        }
+        Ok(opts)
+    }
+}
+
+/// Splits `a,b\,c` into `a` and `b,c`; empty items are dropped.
+fn split_options(arg: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut chars = arg.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            ',' => out.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    out.push(current);
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<MountOptions, String> {
+        MountOptions::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn splits_with_escapes() {
+        assert_eq!(split_options("a,b\\,c,,d"), ["a", "b,c", "d"]);
+        assert_eq!(split_options("x\\\\y"), ["x\\y"]);
+    }
+
+    #[test]
+    fn known_options() {
+        let o = parse(&["ro,allow_other", "fsname=my\\,model,strict", "auto_unmount"]).unwrap();
+        assert!(o.allow_other && o.strict && o.auto_unmount && !o.allow_root);
+        assert_eq!(o.fsname.as_deref(), Some("my,model"));
+    }
+
+    #[test]
+    fn fstab_and_mount_helper_options_are_accepted() {
+        let o = parse(&[
+            "rw,dev,suid,nofail,_netdev,defaults,x-systemd.automount,comment=hi,noatime,relatime",
+        ])
+        .unwrap();
+        assert_eq!(o, MountOptions::default());
+        assert!(parse(&["noexec"]).unwrap().noexec);
+    }
+
+    #[test]
+    fn unknown_options_are_named() {
+        let e = parse(&["ro,bogus=1"]).unwrap_err();
+        assert!(e.contains("bogus=1"), "{e}");
+        assert!(parse(&["allow_other=yes"]).is_err());
+        assert!(parse(&["allow_other,allow_root"]).is_err());
+    }
+}

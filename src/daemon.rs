@@ -1,0 +1,310 @@
+//! Mounting and serving: checks on the mount point, the background daemon with its readiness pipe,
+//! signals, and unmounting.
+//!
+//! Order matters. The tree is built (and every warning printed) by the caller before anything here
+//! runs. In the background the process forks before any thread exists; the child blocks the
+//! termination signals, sends its stdio to /dev/null and mounts (fuser's `Session::new` performs
+//! mount(2) and the whole FUSE INIT handshake), and only then tells the parent, which exits 0. A
+//! signal that arrives meanwhile stays pending and is handled by the signal thread once the mount
+//! exists, so it never leaves a stale mount.
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use log::{error, info};
+
+use crate::cli::MountOptions;
+use crate::fs::TensorFs;
+
+/// A reason the mount cannot happen, already worded for the user.
+pub type Error = String;
+
+/// Checks the mount point before mounting; returns its absolute path.
+pub fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Error> {
+    let shown = mnt.display();
+    let stale = || {
+        format!(
+            "{shown}: Transport endpoint is not connected: a FUSE daemon that served it has died; \
+             clear the stale mount with `umount -l {shown}` (or `fusermount3 -uz {shown}`)"
+        )
+    };
+    match fs::metadata(mnt) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(stale()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("{shown}: mount point does not exist"));
+        }
+        Err(e) => return Err(format!("{shown}: {e}")),
+        Ok(m) if !m.is_dir() => return Err(format!("{shown}: mount point is not a directory")),
+        Ok(_) => {}
+    }
+    let abs = fs::canonicalize(mnt)
+        .or_else(|_| std::path::absolute(mnt))
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if let Some((fstype, source)) = top_mount(&abs)
+        && fstype.starts_with("fuse")
+    {
+        {
+            // `stat` can still succeed on a stale mount from the attribute cache; statvfs cannot.
+            if statvfs_errno(&abs) == Some(libc::ENOTCONN) {
+                return Err(stale());
+            }
+            return Err(format!(
+                "{shown}: a FUSE filesystem ({fstype} from {source}) is already mounted here; \
+                 unmount it first (umount {shown})"
+            ));
+        }
+    }
+    Ok(abs)
+}
+
+/// The type and source of the topmost mount at `path`, from /proc/self/mountinfo.
+fn top_mount(path: &Path) -> Option<(String, String)> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let target = path.as_os_str().as_bytes();
+    info.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if unescape_mountinfo(fields.get(4)?) != target {
+            return None;
+        }
+        let sep = fields.iter().position(|f| *f == "-")?;
+        Some((
+            fields.get(sep + 1)?.to_string(),
+            fields.get(sep + 2)?.to_string(),
+        ))
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn statvfs_errno(path: &Path) -> Option<i32> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a valid NUL-terminated path and `buf` is a writable statvfs buffer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), buf.as_mut_ptr()) };
+    (rc != 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+/// The kernel mount configuration.
+pub fn fuse_config(opts: &MountOptions, fsname: String) -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(fsname),
+        // fuser drops `Subtype` on the direct mount(2) path; the raw option reaches the kernel.
+        MountOption::CUSTOM("subtype=tensormount".into()),
+    ];
+    if opts.noexec {
+        config.mount_options.push(MountOption::NoExec);
+    }
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else if opts.allow_root || opts.auto_unmount {
+        // fuser refuses auto_unmount with the owner-only ACL.
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    if opts.auto_unmount {
+        config.mount_options.push(MountOption::AutoUnmount);
+    }
+    config.n_threads = Some(2);
+    config.clone_fd = true;
+    config
+}
+
+/// Mounts and serves in the foreground until unmounted or signalled.
+pub fn run_foreground(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), Error> {
+    block_termination_signals();
+    let session = mount(fs, mnt, config)?;
+    serve(session, mnt)
+}
+
+/// Forks; the child mounts and serves, the parent returns once the mount is live (or failed).
+pub fn run_background(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), Error> {
+    let (read_end, write_end) = cloexec_pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    // SAFETY: no thread has been started yet (the tree is built on this thread and the logger
+    // starts none), so the child is a complete copy of a single-threaded process.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("cannot fork: {}", io::Error::last_os_error())),
+        0 => {
+            drop(read_end);
+            let code = match daemon_child(fs, mnt, config, File::from(write_end)) {
+                Ok(()) => 0,
+                Err(e) => {
+                    error!("{e}");
+                    1
+                }
+            };
+            std::process::exit(code)
+        }
+        _child => {
+            drop(write_end);
+            let mut answer = String::new();
+            File::from(read_end)
+                .read_to_string(&mut answer)
+                .map_err(|e| format!("cannot hear from the daemon: {e}"))?;
+            match answer.strip_prefix("ready") {
+                Some(_) => Ok(()),
+                None if answer.is_empty() => {
+                    Err("the daemon exited before the mount was ready".into())
+                }
+                None => Err(answer),
+            }
+        }
+    }
+}
+
+fn daemon_child(fs: TensorFs, mnt: &Path, config: &Config, mut ready: File) -> Result<(), Error> {
+    block_termination_signals();
+    // SAFETY: setsid has no memory-safety preconditions.
+    unsafe { libc::setsid() };
+    let _ = std::env::set_current_dir("/");
+    // Release the caller's terminal and pipes before mounting: fuser may start a long-lived
+    // fusermount3 helper (auto_unmount), which inherits our stdio.
+    redirect_stdio().map_err(|e| format!("cannot redirect stdio to /dev/null: {e}"))?;
+    let session = match mount(fs, mnt, config) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.write_all(e.as_bytes());
+            return Err(e);
+        }
+    };
+    let _ = ready.write_all(b"ready");
+    drop(ready);
+    serve(session, mnt)
+}
+
+fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>, Error> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(
+            "/dev/fuse does not exist: load the fuse module (modprobe fuse), or give the \
+                    container the device (--device /dev/fuse)"
+                .into(),
+        );
+    }
+    Session::new(fs, mnt, config).map_err(|e| {
+        let what = match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => format!(
+                "permission denied: mounting needs root, or fusermount3 (package fuse3) for other users ({e})"
+            ),
+            _ => e.to_string(),
+        };
+        format!("{}: cannot mount: {what}", mnt.display())
+    })
+}
+
+/// Runs the session until the kernel ends it: `umount`, or a signal handled by the signal thread.
+fn serve(mut session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
+    let mut unmounter = session.unmount_callable();
+    let mnt_c = CString::new(mnt.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let shown = mnt.display().to_string();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            loop {
+                let sig = wait_termination_signal();
+                info!("signal {sig}: unmounting {shown}");
+                if let Err(e) = unmounter.unmount() {
+                    if e.raw_os_error() == Some(libc::EBUSY) {
+                        // Files are still open: detach now, serve them until the last one closes.
+                        // SAFETY: `mnt_c` is a valid NUL-terminated path.
+                        unsafe { libc::umount2(mnt_c.as_ptr(), libc::MNT_DETACH) };
+                    } else {
+                        error!("{shown}: cannot unmount: {e}");
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    session
+        .run()
+        .map_err(|e| format!("{}: FUSE session failed: {e}", mnt.display()))
+}
+
+fn termination_signals() -> libc::sigset_t {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set; sigaddset only adds valid signal numbers to it.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(set.as_mut_ptr(), sig);
+        }
+        set.assume_init()
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts later; they are
+/// then only received by [`wait_termination_signal`].
+fn block_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn wait_termination_signal() -> i32 {
+    let set = termination_signals();
+    let mut sig = 0;
+    // SAFETY: `set` is initialised and `sig` is a valid place for the result.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    sig
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn redirect_stdio() -> io::Result<()> {
+    let null = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors; `null` stays open for the call.
+        if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), b"/mnt/a b");
+        assert_eq!(unescape_mountinfo("/x\\134y"), b"/x\\y");
+        assert_eq!(unescape_mountinfo("/plain"), b"/plain");
+    }
+}

@@ -1,0 +1,408 @@
+//! The FUSE adapter: translates kernel requests into lookups in the immutable [`Tree`] and byte
+//! ranges of its sources. Nothing here decides what the tree holds.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+};
+
+use crate::namespace::{Attr, Ino, Kind, Tree};
+
+/// Nothing under a mount ever changes, so the kernel may cache names and attributes for long.
+const TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `st_blksize`: large, so that tools which size their reads by it make few requests.
+const BLKSIZE: u32 = 1 << 20;
+
+const STATFS_BSIZE: u32 = 4096;
+
+pub struct TensorFs {
+    tree: Tree,
+}
+
+impl TensorFs {
+    pub fn new(tree: Tree) -> TensorFs {
+        TensorFs { tree }
+    }
+
+    fn attr(&self, ino: Ino) -> Option<FileAttr> {
+        Some(file_attr(ino, &self.tree.node(ino)?.attr))
+    }
+}
+
+fn file_attr(ino: Ino, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: a.mtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
+/// Answers the xattr protocol: the size probe (size 0), ERANGE for a short buffer, else the bytes.
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+impl Filesystem for TensorFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // List directories with their attributes in one pass where the kernel wants them (`ls -l`).
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self
+            .tree
+            .lookup(parent.0, name.as_bytes())
+            .and_then(|ino| self.attr(ino))
+        {
+            Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            None if self.tree.children(parent.0).is_none() => reply.error(Errno::ENOTDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attr(ino.0) {
+            Some(attr) => reply.attr(&TTL, &attr),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            return reply.error(Errno::EROFS);
+        }
+        match self.tree.node(ino.0).map(|n| n.attr.kind) {
+            // The bytes never change: keep the kernel's page cache across opens.
+            Some(Kind::File) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Some(Kind::Dir) => reply.error(Errno::EISDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some(data) = self.tree.data(ino.0) else {
+            return reply.error(Errno::EISDIR);
+        };
+        let start = offset.min(data.len() as u64) as usize;
+        let end = start + (size as usize).min(data.len() - start);
+        // The mapped slice goes straight into the reply's writev: no copy, and no access by the
+        // daemon itself.
+        reply.data(&data[start..end]);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.tree.children(ino.0) {
+            Some(_) => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            None => reply.error(Errno::ENOTDIR),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(entries) = self.dir_entries(ino.0) else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+            let kind = file_type(self.tree.node(child).map_or(Kind::File, |n| n.attr.kind));
+            if reply.add(INodeNo(child), i as u64 + 1, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(entries) = self.dir_entries(ino.0) else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+            let Some(attr) = self.attr(child) else {
+                continue;
+            };
+            if reply.add(
+                INodeNo(child),
+                i as u64 + 1,
+                OsStr::from_bytes(name),
+                &TTL,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // A read-only image: the size of the sources, nothing free.
+        let blocks = self.tree.source_bytes().div_ceil(u64::from(STATFS_BSIZE));
+        let files = self.tree.node_count();
+        reply.statfs(
+            blocks,
+            0,
+            0,
+            files,
+            0,
+            STATFS_BSIZE,
+            crate::names::NAME_MAX as u32,
+            STATFS_BSIZE,
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.tree.node(ino.0).is_none() {
+            return reply.error(Errno::ENOENT);
+        }
+        let name = name.as_bytes();
+        if !name.starts_with(b"user.") {
+            // Namespaces this filesystem does not serve (security., system., trusted.). Never
+            // ENOSYS: the kernel would then switch off every xattr of the mount.
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let value = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| self.tree.xattr(ino.0, n));
+        match value {
+            Some(v) => reply_xattr(reply, size, &v),
+            None => reply.error(Errno::NO_XATTR),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.tree.node(ino.0).is_none() {
+            return reply.error(Errno::ENOENT);
+        }
+        let mut list = Vec::new();
+        for name in self.tree.xattr_names(ino.0) {
+            list.extend_from_slice(name.as_bytes());
+            list.push(0);
+        }
+        reply_xattr(reply, size, &list);
+    }
+
+    // Everything that would modify the tree. The mount is read-only (MS_RDONLY), so the VFS refuses
+    // these first; the answers below cover a `mount -o remount,rw`.
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: fuser::ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+}
+
+impl TensorFs {
+    /// `.`, `..` and the children of a directory, in listing order.
+    fn dir_entries(&self, ino: Ino) -> Option<impl Iterator<Item = (Ino, &[u8])>> {
+        let children = self.tree.children(ino)?;
+        let parent = self.tree.node(ino)?.parent;
+        let dots = [(ino, &b"."[..]), (parent, &b".."[..])];
+        let named = children
+            .iter()
+            .filter_map(|&c| Some((c, &self.tree.node(c)?.name[..])));
+        Some(dots.into_iter().chain(named))
+    }
+}

@@ -1,0 +1,144 @@
+//! Sharded sets: the `NAME.safetensors.index[.VARIANT].json` files that map each tensor to a shard.
+//! Parses and checks the index on its own; checking it against the shards is the namespace's job.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+/// Index files larger than this are refused (the largest public index, 92k tensors, is about 8 MB).
+pub const MAX_INDEX_BYTES: u64 = 32 << 20;
+
+/// A parsed index.
+#[derive(Debug)]
+pub struct Index {
+    /// Tensor name to shard file name, sorted by tensor name.
+    pub weight_map: BTreeMap<String, String>,
+    /// The `metadata` object, if any.
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// The name of the merged directory an index file asks for, or `None` if `file_name` is not an index:
+/// `NAME.safetensors.index.json` gives `NAME.tensors`, `NAME.safetensors.index.VARIANT.json` gives
+/// `NAME.VARIANT.tensors` (the name the unsharded `NAME.VARIANT.safetensors` would get).
+pub fn merged_dir_name(file_name: &str) -> Option<String> {
+    let (stem, rest) = file_name.split_once(".safetensors.index.")?;
+    if stem.is_empty() {
+        return None;
+    }
+    if rest == "json" {
+        return Some(format!("{stem}.tensors"));
+    }
+    let variant = rest.strip_suffix(".json")?;
+    (!variant.is_empty()).then(|| format!("{stem}.{variant}.tensors"))
+}
+
+/// Parses an index file's bytes. The error is the rule broken, without the path.
+pub fn parse(bytes: &[u8]) -> Result<Index, String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("index is not valid JSON: {e}"))?;
+    let Value::Object(mut top) = value else {
+        return Err("index is not a JSON object".into());
+    };
+    let metadata = match top.remove("metadata") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => return Err("index `metadata` is not an object".into()),
+    };
+    let Some(Value::Object(map)) = top.remove("weight_map") else {
+        return Err("index has no `weight_map` object".into());
+    };
+    let mut weight_map = BTreeMap::new();
+    for (tensor, shard) in map {
+        let Value::String(shard) = shard else {
+            return Err(format!(
+                "weight_map entry for tensor `{tensor}` is not a string"
+            ));
+        };
+        if !is_plain_file_name(&shard) {
+            return Err(format!(
+                "weight_map entry for tensor `{tensor}` is `{shard}`, not a file name in the index's directory"
+            ));
+        }
+        weight_map.insert(tensor, shard);
+    }
+    Ok(Index {
+        weight_map,
+        metadata,
+    })
+}
+
+fn is_plain_file_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+/// Renders an index metadata value as an xattr value: strings as they are, anything else as compact
+/// JSON (`total_size` gives `123456`).
+pub fn metadata_value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_names() {
+        assert_eq!(
+            merged_dir_name("model.safetensors.index.json").as_deref(),
+            Some("model.tensors")
+        );
+        assert_eq!(
+            merged_dir_name("model.safetensors.index.fp16.json").as_deref(),
+            Some("model.fp16.tensors")
+        );
+        assert_eq!(
+            merged_dir_name("diffusion_pytorch_model.safetensors.index.json").as_deref(),
+            Some("diffusion_pytorch_model.tensors")
+        );
+        assert_eq!(merged_dir_name("model.safetensors"), None);
+        assert_eq!(merged_dir_name("config.json"), None);
+        assert_eq!(merged_dir_name(".safetensors.index.json"), None);
+        assert_eq!(merged_dir_name("model.safetensors.index..json"), None);
+        assert_eq!(merged_dir_name("model.safetensors.index.json.bak"), None);
+    }
+
+    #[test]
+    fn parses_weight_map_and_metadata() {
+        let i =
+            parse(br#"{"metadata":{"total_size":12},"weight_map":{"b":"s2","a":"s1"}}"#).unwrap();
+        assert_eq!(i.weight_map.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            metadata_value_text(&i.metadata.unwrap()["total_size"]),
+            "12"
+        );
+        assert!(parse(br#"{"weight_map":{}}"#).unwrap().metadata.is_none());
+    }
+
+    #[test]
+    fn rejects_bad_indexes() {
+        for (bytes, needle) in [
+            (&b"nope"[..], "not valid JSON"),
+            (b"[]", "not a JSON object"),
+            (b"{}", "no `weight_map`"),
+            (br#"{"weight_map":[]}"#, "no `weight_map`"),
+            (br#"{"weight_map":{"a":1}}"#, "not a string"),
+            (
+                br#"{"weight_map":{"a":"../x.safetensors"}}"#,
+                "not a file name",
+            ),
+            (br#"{"weight_map":{"a":"/etc/passwd"}}"#, "not a file name"),
+            (br#"{"weight_map":{"a":".."}}"#, "not a file name"),
+            (br#"{"weight_map":{"a":""}}"#, "not a file name"),
+            (
+                br#"{"metadata":[],"weight_map":{}}"#,
+                "`metadata` is not an object",
+            ),
+        ] {
+            let err = parse(bytes).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+}

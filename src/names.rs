@@ -1,0 +1,172 @@
+//! Tensor names as file names.
+//!
+//! A tensor name is any UTF-8 string; a file name is 1 to 255 bytes without `/` or NUL and is never
+//! `.` or `..`. The encoding:
+//! - `%` is written `%25`, `/` is written `%2F`, NUL is written `%00`;
+//! - a name that is exactly `.` or `..` is written `%2E` or `%2E%2E`;
+//! - the empty name is written `%`;
+//! - a result over 255 bytes is shortened to a readable prefix, the marker `%#` and 16 hex digits of
+//!   a hash of the full name.
+//!
+//! Every `%` the escaping writes is followed by two hex digits (or ends the lone `%`), so `%#` marks
+//! a shortened name and nothing else, and escaping alone is injective. Shortened names are made
+//! unique within their directory by [`Shortener`].
+
+use std::collections::HashSet;
+
+/// The longest file name Linux accepts (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+const MARKER: &str = "%#";
+const HASH_DIGITS: usize = 16;
+
+/// Escapes a tensor name (no shortening).
+pub fn escape(name: &str) -> String {
+    match name {
+        "" => return "%".to_string(),
+        "." => return "%2E".to_string(),
+        ".." => return "%2E%2E".to_string(),
+        _ => {}
+    }
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            '\0' => out.push_str("%00"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Gives each tensor name of one directory a unique file name. Feed names in a fixed order (the
+/// callers use sorted order) so that shortened names are the same on every mount.
+#[derive(Default)]
+pub struct Shortener {
+    taken: HashSet<String>,
+}
+
+impl Shortener {
+    pub fn file_name(&mut self, name: &str) -> String {
+        let escaped = escape(name);
+        if escaped.len() <= NAME_MAX {
+            // Never clashes with a shortened name: those contain the marker, escapes never do.
+            return escaped;
+        }
+        let prefix = readable_prefix(&escaped, NAME_MAX - MARKER.len() - HASH_DIGITS);
+        // Different names whose hashes collide get a salted hash; the salt order is deterministic.
+        let mut salt = 0u64;
+        loop {
+            let candidate = format!("{prefix}{MARKER}{:016x}", fnv1a(name.as_bytes(), salt));
+            if self.taken.insert(candidate.clone()) {
+                return candidate;
+            }
+            salt += 1;
+        }
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary and does not
+/// split a `%XX` escape.
+fn readable_prefix(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let bytes = s.as_bytes();
+    for back in 1..=2 {
+        if end >= back && bytes[end - back] == b'%' {
+            end -= back;
+            break;
+        }
+    }
+    &s[..end]
+}
+
+/// 64-bit FNV-1a, seeded with `salt`: small, stable across versions and platforms.
+fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in salt.to_le_bytes().iter().chain(bytes) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_reserved_characters() {
+        assert_eq!(escape("model.layers.0.weight"), "model.layers.0.weight");
+        assert_eq!(escape("a/b"), "a%2Fb");
+        assert_eq!(escape("100%"), "100%25");
+        assert_eq!(escape("a\0b"), "a%00b");
+        assert_eq!(escape(""), "%");
+        assert_eq!(escape("."), "%2E");
+        assert_eq!(escape(".."), "%2E%2E");
+        assert_eq!(escape("..."), "...");
+        assert_eq!(escape("%2F"), "%252F");
+        assert_eq!(escape("a\nb"), "a\nb");
+    }
+
+    #[test]
+    fn escaping_is_injective_on_tricky_names() {
+        let names = [
+            "", "%", ".", "..", "%2E", "%2E%2E", "/", "%2F", "\0", "%00", "%25", "a/b", "a%2Fb",
+        ];
+        let mut seen = HashSet::new();
+        for n in names {
+            assert!(seen.insert(escape(n)), "collision on {n:?}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_shortened_uniquely() {
+        let mut s = Shortener::default();
+        let mut seen = HashSet::new();
+        for i in 0..3000 {
+            let name = format!("{}{i}", "x".repeat(300));
+            let f = s.file_name(&name);
+            assert!(f.len() <= NAME_MAX, "{}", f.len());
+            assert!(f.contains(MARKER));
+            assert!(f.starts_with("xxxx"));
+            assert!(seen.insert(f));
+        }
+    }
+
+    #[test]
+    fn shortening_respects_utf8_and_escapes() {
+        let mut s = Shortener::default();
+        let name = "é".repeat(200);
+        let f = s.file_name(&name);
+        assert!(f.len() <= NAME_MAX);
+        let name = "/".repeat(200);
+        let f = s.file_name(&name);
+        assert!(f.len() <= NAME_MAX);
+        let prefix = f.split(MARKER).next().unwrap();
+        assert_eq!(prefix.len() % 3, 0, "{prefix}");
+        assert!(prefix.chars().all(|c| "%2F".contains(c)));
+    }
+
+    #[test]
+    fn shortening_is_deterministic() {
+        let name = "y".repeat(1000);
+        assert_eq!(
+            Shortener::default().file_name(&name),
+            Shortener::default().file_name(&name)
+        );
+    }
+
+    #[test]
+    fn hash_collisions_get_distinct_names() {
+        let mut s = Shortener::default();
+        let name = "z".repeat(400);
+        let a = s.file_name(&name);
+        // The same name again (as if a different name had collided) gets another file name.
+        let b = s.file_name(&name);
+        assert_ne!(a, b);
+    }
+}
