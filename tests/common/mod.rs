@@ -1,0 +1,255 @@
+//! Shared helpers of the integration tests: the binary, temporary directories, real mounts, the
+//! Python oracle and a small safetensors writer of the tests' own.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tensormount")
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// True if real mounts can be made here. Without FUSE a test is skipped, except in CI, where it
+/// fails: CI must never pass by skipping.
+pub fn require_fuse() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = root && Path::new("/dev/fuse").exists();
+    if !ok {
+        assert!(
+            !in_ci(),
+            "CI is set but FUSE is unusable (need root and /dev/fuse)"
+        );
+        eprintln!("skipped: FUSE needs root and /dev/fuse");
+    }
+    ok
+}
+
+/// The Python with the official `safetensors` and numpy: $TENSORMOUNT_PYTHON, else the repo's
+/// `.venv`. `None` (test skipped) outside CI when there is none.
+pub fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("TENSORMOUNT_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    let ok = Command::new(&candidate)
+        .args(["-c", "import safetensors, numpy"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            !in_ci(),
+            "CI is set but {} lacks safetensors/numpy",
+            candidate.display()
+        );
+        eprintln!("skipped: no Python with safetensors and numpy (set TENSORMOUNT_PYTHON)");
+        return None;
+    }
+    Some(candidate)
+}
+
+/// Runs `tests/python/oracle.py ARGS` and returns its output (asserting success).
+pub fn oracle(py: &Path, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/oracle.py");
+    let out = Command::new(py).arg(script).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "oracle {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A directory removed on drop (after anything mounted in it is gone).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "tensormount-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the binary with `args`, capturing everything.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether `path` is a mount point now (per /proc/self/mountinfo).
+pub fn is_mounted(path: &Path) -> bool {
+    let path = path.to_str().unwrap().replace(' ', "\\040");
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path.as_str()))
+}
+
+/// Polls `cond` for up to 10 s.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A live mount made by the real binary in the background; unmounted on drop.
+pub struct Mounted {
+    pub dir: PathBuf,
+    _tmp: TempDir,
+}
+
+impl Mounted {
+    /// Mounts `source` with `-o opts` (if not empty) and asserts that the command succeeded.
+    pub fn new(source: &Path, opts: &str) -> Mounted {
+        let (m, out) = Mounted::try_new(source, opts);
+        assert!(out.status.success(), "mount failed: {}", stderr(&out));
+        m.expect("mounted")
+    }
+
+    /// Mounts and returns the command's output; `None` if nothing got mounted.
+    pub fn try_new(source: &Path, opts: &str) -> (Option<Mounted>, Output) {
+        let tmp = TempDir::new("mnt");
+        let dir = tmp.join("mnt");
+        fs::create_dir(&dir).unwrap();
+        let mut args = vec![source.to_str().unwrap(), dir.to_str().unwrap()];
+        if !opts.is_empty() {
+            args.extend(["-o", opts]);
+        }
+        let out = run(&args);
+        let mounted = is_mounted(&dir);
+        (mounted.then_some(Mounted { dir, _tmp: tmp }), out)
+    }
+
+    pub fn path(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.dir.join(p)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Reads an extended attribute as text (None if absent).
+pub fn getxattr(path: &Path, name: &str) -> Option<String> {
+    let out = Command::new("getfattr")
+        .args(["--only-values", "-n", name])
+        .arg(path)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).unwrap())
+}
+
+/// One tensor for [`write_safetensors`].
+pub struct T<'a> {
+    pub name: &'a str,
+    pub dtype: &'a str,
+    pub shape: &'a [usize],
+    pub data: Vec<u8>,
+}
+
+/// The tests' own safetensors writer, laid out as the reference writes files: header padded with
+/// spaces to a multiple of 8, tensors back to back in the given order.
+pub fn write_safetensors(path: &Path, tensors: &[T<'_>], metadata: Option<&[(&str, &str)]>) {
+    let mut header = serde_json::Map::new();
+    if let Some(m) = metadata {
+        let m: serde_json::Map<String, serde_json::Value> = m
+            .iter()
+            .map(|(k, v)| (k.to_string(), (*v).into()))
+            .collect();
+        header.insert("__metadata__".into(), m.into());
+    }
+    let mut offset = 0;
+    let mut data = Vec::new();
+    for t in tensors {
+        header.insert(
+            t.name.to_string(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.data.len()]}),
+        );
+        offset += t.data.len();
+        data.extend_from_slice(&t.data);
+    }
+    let mut json = serde_json::to_string(&header).unwrap();
+    while (8 + json.len()) % 8 != 0 {
+        json.push(' ');
+    }
+    write_raw(path, &json, &data);
+}
+
+/// A file made of an 8-byte length, `header` and `data`: for malformed files.
+pub fn write_raw(path: &Path, header: &str, data: &[u8]) {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    fs::write(path, bytes).unwrap();
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+        | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
