@@ -218,31 +218,59 @@ fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>,
 }
 
 /// Runs the session until the kernel ends it: `umount`, or a signal handled by the signal thread.
-fn serve(mut session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
-    let mut unmounter = session.unmount_callable();
-    let mnt_c = CString::new(mnt.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    let shown = mnt.display().to_string();
+fn serve(session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
+    let target = mnt.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             loop {
                 let sig = wait_termination_signal();
-                info!("signal {sig}: unmounting {shown}");
-                if let Err(e) = unmounter.unmount() {
-                    if e.raw_os_error() == Some(libc::EBUSY) {
-                        // Files are still open: detach now, serve them until the last one closes.
-                        // SAFETY: `mnt_c` is a valid NUL-terminated path.
-                        unsafe { libc::umount2(mnt_c.as_ptr(), libc::MNT_DETACH) };
-                    } else {
-                        error!("{shown}: cannot unmount: {e}");
-                    }
-                }
+                info!("signal {sig}: unmounting {}", target.display());
+                unmount(&target);
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     session
         .run()
         .map_err(|e| format!("{}: FUSE session failed: {e}", mnt.display()))
+}
+
+/// Unmounts `mnt`; if files are still open, detaches it lazily so that they are served until the
+/// last one closes (the session ends then). Done here rather than through fuser, whose check of
+/// whether the mount is still there misreads a channel with pending requests.
+fn unmount(mnt: &Path) {
+    let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for both calls.
+    let mut rc = unsafe { libc::umount2(c.as_ptr(), 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY) {
+        // SAFETY: as above.
+        rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+    if rc == 0 {
+        return;
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        // Not root: the setuid helper may unmount what this user mounted.
+        Some(libc::EPERM) => {
+            let status = std::process::Command::new("fusermount3")
+                .args(["-u", "-z", "--"])
+                .arg(mnt)
+                .stdin(std::process::Stdio::null())
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                error!(
+                    "{}: cannot unmount: {err}; fusermount3 failed too",
+                    mnt.display()
+                );
+            }
+        }
+        // Already unmounted.
+        Some(libc::EINVAL) => {}
+        _ => error!("{}: cannot unmount: {err}", mnt.display()),
+    }
 }
 
 fn termination_signals() -> libc::sigset_t {
