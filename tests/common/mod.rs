@@ -224,7 +224,7 @@ pub fn write_safetensors(path: &Path, tensors: &[T<'_>], metadata: Option<&[(&st
         data.extend_from_slice(&t.data);
     }
     let mut json = serde_json::to_string(&header).unwrap();
-    while (8 + json.len()) % 8 != 0 {
+    while !(8 + json.len()).is_multiple_of(8) {
         json.push(' ');
     }
     write_raw(path, &json, &data);
