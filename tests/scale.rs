@@ -1,0 +1,162 @@
+//! Scale: thousands of shards under a low descriptor limit, and a 100 GB model that mounts without
+//! its data being read.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// Runs the daemon in the foreground with a soft RLIMIT_NOFILE of `nofile`; returns the child and
+/// the mount point once the mount is live.
+fn spawn_foreground(
+    source: &std::path::Path,
+    mnt: &std::path::Path,
+    nofile: u64,
+) -> std::process::Child {
+    let mut cmd = Command::new(bin());
+    cmd.arg("-f").arg(source).arg(mnt).stdin(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    wait_for("the mount", || {
+        assert!(child.try_wait().unwrap().is_none(), "daemon exited early");
+        is_mounted(mnt)
+    });
+    child
+}
+
+fn stop(mut child: std::process::Child, mnt: &std::path::Path) {
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "daemon exit: {status}");
+    assert!(!is_mounted(mnt));
+}
+
+#[test]
+fn fifteen_hundred_shards_mount_under_a_64_descriptor_limit() {
+    if !require_fuse() {
+        return;
+    }
+    let tmp = TempDir::new("shards");
+    let model = tmp.join("model");
+    fs::create_dir(&model).unwrap();
+    let n = 1500;
+    let mut weight_map = serde_json::Map::new();
+    for i in 0..n {
+        let shard = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let a = format!("layers.{i}.weight");
+        let b = format!("layers.{i}.bias");
+        write_safetensors(
+            &model.join(&shard),
+            &[
+                T {
+                    name: &a,
+                    dtype: "F32",
+                    shape: &[2, 2],
+                    data: bytes(16, i),
+                },
+                T {
+                    name: &b,
+                    dtype: "U8",
+                    shape: &[3],
+                    data: bytes(3, i + 7),
+                },
+            ],
+            Some(&[("format", "pt")]),
+        );
+        weight_map.insert(a, shard.clone().into());
+        weight_map.insert(b, shard.into());
+    }
+    let index = serde_json::json!({"metadata": {"total_size": n * 19}, "weight_map": weight_map});
+    fs::write(
+        model.join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let child = spawn_foreground(&model, &mnt, 64);
+    let merged = mnt.join("model.tensors");
+    assert_eq!(fs::read_dir(&merged).unwrap().count(), 2 * n as usize + 1);
+    for i in [0, 749, 1499] {
+        let shard = model.join(format!("model-{:05}-of-{n:05}.safetensors", i + 1));
+        let raw = fs::read(&shard).unwrap();
+        let header_len = u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize;
+        let data = &raw[8 + header_len..];
+        assert_eq!(
+            fs::read(merged.join(format!("layers.{i}.weight"))).unwrap(),
+            data[..16]
+        );
+        assert_eq!(
+            fs::read(merged.join(format!("layers.{i}.bias"))).unwrap(),
+            data[16..19]
+        );
+        assert_eq!(
+            getxattr(
+                &merged.join(format!("layers.{i}.bias")),
+                "user.safetensors.source"
+            )
+            .unwrap(),
+            fs::canonicalize(&shard).unwrap().to_str().unwrap()
+        );
+    }
+    stop(child, &mnt);
+}
+
+#[test]
+fn a_100_gb_model_mounts_without_reading_its_data() {
+    if !require_fuse() {
+        return;
+    }
+    let tmp = TempDir::new("huge");
+    let path = tmp.join("huge.safetensors");
+    let size: u64 = 100 << 30;
+    let header = format!(
+        r#"{{"embed":{{"dtype":"BF16","shape":[{},1024],"data_offsets":[0,{size}]}},"tail":{{"dtype":"U8","shape":[4],"data_offsets":[{size},{}]}}}}"#,
+        size / 2048,
+        size + 4
+    );
+    write_raw(&path, &header, b"");
+    // A sparse file: the data section is a hole, then 4 known bytes.
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let data_start = 8 + header.len() as u64;
+    std::os::unix::fs::FileExt::write_all_at(&file, b"TAIL", data_start + size).unwrap();
+    drop(file);
+
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let child = spawn_foreground(&path, &mnt, 1024);
+    let io = fs::read_to_string(format!("/proc/{}/io", child.id())).unwrap();
+    let rchar: u64 = io
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        rchar < 1 << 20,
+        "the daemon read {rchar} bytes while mounting"
+    );
+    assert_eq!(fs::metadata(mnt.join("embed")).unwrap().len(), size);
+    assert_eq!(fs::read(mnt.join("tail")).unwrap(), b"TAIL");
+    assert_eq!(
+        getxattr(&mnt.join("tail"), "user.safetensors.offset").unwrap(),
+        (data_start + size).to_string()
+    );
+    stop(child, &mnt);
+}
