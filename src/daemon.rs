@@ -34,7 +34,7 @@ pub fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Error> {
         )
     };
     match fs::metadata(mnt) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(stale()),
+        Err(e) if is_disconnected(&e) => return Err(stale()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(format!("{shown}: mount point does not exist"));
         }
@@ -50,7 +50,9 @@ pub fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Error> {
     {
         {
             // `stat` can still succeed on a stale mount from the attribute cache; statvfs cannot.
-            if statvfs_errno(&abs) == Some(libc::ENOTCONN) {
+            if statvfs_errno(&abs)
+                .is_some_and(|e| is_disconnected(&io::Error::from_raw_os_error(e)))
+            {
                 return Err(stale());
             }
             return Err(format!(
@@ -60,6 +62,15 @@ pub fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Error> {
         }
     }
     Ok(abs)
+}
+
+/// The errors of a mount whose daemon is gone (ECONNABORTED for a moment after it dies, then
+/// ENOTCONN).
+fn is_disconnected(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
+    )
 }
 
 /// The type and source of the topmost mount at `path`, from /proc/self/mountinfo.
@@ -230,9 +241,12 @@ fn serve(session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
-    session
-        .run()
-        .map_err(|e| format!("{}: FUSE session failed: {e}", mnt.display()))
+    match session.run() {
+        // A lazily detached mount whose last file closes can end the channel with ECONNABORTED
+        // rather than ENODEV; both are a normal end.
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+        other => other.map_err(|e| format!("{}: FUSE session failed: {e}", mnt.display())),
+    }
 }
 
 /// Unmounts `mnt`; if files are still open, detaches it lazily so that they are served until the
