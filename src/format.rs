@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensorError;
-use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::tensor::Metadata;
 
 pub use safetensors::Dtype;
 
@@ -166,21 +166,23 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 }
 
 fn tensors_in_data_order(metadata: &Metadata) -> Vec<Tensor> {
-    let infos = metadata.tensors();
-    let mut tensors: Vec<Tensor> = infos
+    // `offset_keys` clones each name once, already in data order; `tensors()` would build a
+    // second hash map of the whole header.
+    metadata
+        .offset_keys()
         .into_iter()
-        .map(|(name, info): (String, &TensorInfo)| Tensor {
-            name,
-            dtype: info.dtype,
-            shape: info.shape.clone().into_boxed_slice(),
-            begin: info.data_offsets.0 as u64,
-            end: info.data_offsets.1 as u64,
+        .filter_map(|name| {
+            let info = metadata.info(&name)?;
+            Some(Tensor {
+                dtype: info.dtype,
+                shape: info.shape.clone().into_boxed_slice(),
+                begin: info.data_offsets.0 as u64,
+                end: info.data_offsets.1 as u64,
+                name,
+            })
         })
-        .collect();
-    tensors.sort_by(|a, b| (a.begin, a.end, &a.name).cmp(&(b.begin, b.end, &b.name)));
-    tensors
+        .collect()
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

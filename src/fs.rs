@@ -12,7 +12,7 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 
-use crate::namespace::{Attr, Ino, Kind, Tree};
+use crate::namespace::{Attr, Ino, Kind, ReadError, Tree};
 
 /// Nothing under a mount ever changes, so the kernel may cache names and attributes for long.
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -125,14 +125,14 @@ impl Filesystem for TensorFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let Some(data) = self.tree.data(ino.0) else {
-            return reply.error(Errno::EISDIR);
-        };
-        let start = offset.min(data.len() as u64) as usize;
-        let end = start + (size as usize).min(data.len() - start);
         // The mapped slice goes straight into the reply's writev: no copy, and no access by the
         // daemon itself.
-        reply.data(&data[start..end]);
+        match self.tree.read(ino.0, offset, size) {
+            Ok(bytes) => reply.data(bytes),
+            Err(ReadError::NotFound) => reply.error(Errno::ENOENT),
+            Err(ReadError::IsDir) => reply.error(Errno::EISDIR),
+            Err(ReadError::SourceChanged) => reply.error(Errno::EIO),
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::SystemTime;
 
 use log::{debug, warn};
@@ -38,6 +39,7 @@ impl Tree {
             sources: Vec::new(),
             by_inode: HashMap::new(),
             options: options.clone(),
+            descriptors_left: descriptor_budget(),
         };
         if meta.is_dir() {
             let mut ancestors = Vec::new();
@@ -48,7 +50,7 @@ impl Tree {
             }
         } else if meta.is_file() {
             let file = open_regular(&canonical).map_err(|e| path_error(&canonical, e))?;
-            let src = b.add_source(&file, &canonical, &meta, true)?;
+            let src = b.add_source(file, &canonical, &meta, true)?;
             match b.sources[src].header.clone() {
                 Some(Ok(parsed)) => b.add_file_tensors(b"", ROOT, src, &parsed),
                 Some(Err(e)) => return Err(BuildError(e.to_string())),
@@ -57,8 +59,14 @@ impl Tree {
         } else {
             return Err(path_error(source, "not a regular file or directory"));
         }
+        let mut nodes = b.nodes;
+        nodes.shrink_to_fit();
+        // Headers are parsed into short-lived maps; hand that memory back to the system rather than
+        // keep it in the allocator for the life of the mount.
+        // SAFETY: malloc_trim only releases free heap memory; it has no preconditions.
+        unsafe { libc::malloc_trim(0) };
         Ok(Tree {
-            nodes: b.nodes,
+            nodes,
             sources: b.sources,
         })
     }
@@ -135,8 +143,37 @@ fn metadata_xattrs<'a>(
     Arc::new(out)
 }
 
+/// How many source descriptors may be kept open for change detection: the soft RLIMIT_NOFILE is
+/// raised to the hard limit, and 256 descriptors stay free for everything else.
+fn descriptor_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the `rlimit` struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    (lim.rlim_cur as usize).saturating_sub(256)
+}
+
 /// Reads an index file through its descriptor (bounded in size) and parses it.
-fn read_index(file: &File, len: u64) -> Result<Index, String> {
+fn read_index(file: &File) -> Result<Index, String> {
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read index: {e}"))?
+        .len();
     if len > index::MAX_INDEX_BYTES {
         return Err(format!(
             "index is {len} bytes, over the limit of {} bytes",
@@ -163,6 +200,8 @@ struct Builder {
     /// Sources by (device, inode), so a file reached twice is mapped once.
     by_inode: HashMap<(u64, u64), usize>,
     options: Options,
+    /// Source descriptors that may still be kept open (see [`descriptor_budget`]).
+    descriptors_left: usize,
 }
 
 impl Builder {
@@ -217,9 +256,10 @@ impl Builder {
     }
 
     /// Maps an opened regular file (once per inode) and, for a safetensors file, parses its header.
+    /// The descriptor is kept for change detection while the budget allows, else closed.
     fn add_source(
         &mut self,
-        file: &File,
+        file: File,
         path: &Path,
         meta: &Metadata,
         safetensors: bool,
@@ -238,13 +278,15 @@ impl Builder {
                     // reply), which reports a page that vanished (source truncated) as EFAULT instead
                     // of raising SIGBUS, so later changes to the file cannot cause undefined
                     // behaviour here.
-                    Some(unsafe { Mmap::map(file) }.map_err(|e| path_error(path, e))?)
+                    Some(unsafe { Mmap::map(&file) }.map_err(|e| path_error(path, e))?)
                 };
                 self.sources.push(Source {
                     path: fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
                     len,
                     meta: opened,
                     map,
+                    file: None,
+                    changed: AtomicBool::new(false),
                     header: None,
                 });
                 self.by_inode.insert(key, self.sources.len() - 1);
@@ -253,7 +295,7 @@ impl Builder {
         };
         let source = &mut self.sources[id];
         if safetensors && source.header.is_none() {
-            let parsed = format::read_header(file, &source.path).map(|h| {
+            let parsed = format::read_header(&file, &source.path).map(|h| {
                 Arc::new(Parsed {
                     data_start: h.data_start,
                     tensors: h.tensors.into_iter().map(Arc::new).collect(),
@@ -261,6 +303,10 @@ impl Builder {
                 })
             });
             source.header = Some(parsed.map_err(|e| Arc::from(e.to_string())));
+        }
+        if source.file.is_none() && self.descriptors_left > 0 {
+            self.descriptors_left -= 1;
+            source.file = Some(file);
         }
         Ok(id)
     }
@@ -330,12 +376,12 @@ impl Builder {
                         continue;
                     }
                 };
-                let is_safetensors = entry_name.ends_with(b".safetensors");
-                let src = self.add_source(&file, &entry_path, &target, is_safetensors)?;
                 let index = std::str::from_utf8(&entry_name)
                     .ok()
                     .and_then(index::merged_dir_name)
-                    .map(|dir_name| (dir_name, read_index(&file, self.sources[src].len)));
+                    .map(|dir_name| (dir_name, read_index(&file)));
+                let is_safetensors = entry_name.ends_with(b".safetensors");
+                let src = self.add_source(file, &entry_path, &target, is_safetensors)?;
                 let error = match (&self.sources[src].header, &index) {
                     (Some(Err(e)), _) => {
                         self.reject(&format!("{e} (no .tensors directory)"))?;
@@ -559,6 +605,7 @@ impl Builder {
         xattrs: Arc<BTreeMap<String, String>>,
     ) -> Ino {
         let dir = self.push_dir(name, parent, tensor_dir_attr(owner), xattrs);
+        self.nodes.reserve(entries.len() + 1);
         entries.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let mut names = Shortener::default();
         let mut children = Vec::with_capacity(entries.len() + 1);

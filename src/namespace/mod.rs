@@ -9,10 +9,15 @@ mod build;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
+
+use log::warn;
 
 use memmap2::Mmap;
 
@@ -31,6 +36,22 @@ const XATTR_SIZE_MAX: usize = 65536;
 const XATTR_LIST_MAX: usize = 65536;
 
 const XATTR_PREFIX: &str = "user.safetensors.";
+
+/// Why a read cannot be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    NotFound,
+    IsDir,
+    /// The source was truncated or modified in place since the mount.
+    SourceChanged,
+}
+
+/// `size` bytes of `bytes` from `offset`, fewer at the end.
+fn window(bytes: &[u8], offset: u64, size: u32) -> &[u8] {
+    let start = offset.min(bytes.len() as u64) as usize;
+    let end = start + (size as usize).min(bytes.len() - start);
+    &bytes[start..end]
+}
 
 /// A fatal problem: the mount (or `--list`) cannot go on.
 #[derive(Debug)]
@@ -107,6 +128,10 @@ pub struct Source {
     meta: std::fs::Metadata,
     /// `None` for an empty file (nothing to map).
     map: Option<Mmap>,
+    /// Kept open (when the descriptor limit allows) to notice a truncation or an in-place rewrite.
+    file: Option<File>,
+    /// Set once that has been noticed (and warned about).
+    changed: AtomicBool,
     /// For `.safetensors` files: the parsed header, or why it is invalid.
     header: Option<Result<Arc<Parsed>, Arc<str>>>,
 }
@@ -155,18 +180,28 @@ impl Tree {
         Some(children[i])
     }
 
-    /// The bytes of a file, as a slice of the source mapping (never read by the daemon itself).
-    pub fn data(&self, ino: Ino) -> Option<&[u8]> {
-        match &self.node(ino)?.content {
-            Content::Mirror { source, .. } => Some(self.sources[*source].bytes(0, u64::MAX)),
+    /// Up to `size` bytes of a file from `offset`, as a slice of the source mapping (never read by
+    /// the daemon itself). Fails if the source no longer holds what was mapped at mount time.
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<&[u8], ReadError> {
+        let node = self.node(ino).ok_or(ReadError::NotFound)?;
+        let (src, start, len) = match &node.content {
+            Content::Mirror { source, .. } => (&self.sources[*source], 0, node.attr.size),
             Content::Tensor { source, tensor } => {
                 let src = &self.sources[*source];
-                let start = src.data_start() + tensor.begin;
-                Some(src.bytes(start, tensor.size()))
+                (src, src.data_start() + tensor.begin, tensor.size())
             }
-            Content::Generated(bytes) => Some(bytes),
-            Content::Dir { .. } => None,
+            Content::Generated(bytes) => return Ok(window(bytes, offset, size)),
+            Content::Dir { .. } => return Err(ReadError::IsDir),
+        };
+        let want = size.min(len.saturating_sub(offset).min(u32::MAX as u64) as u32);
+        if want == 0 {
+            return Ok(&[]);
         }
+        let first = start + offset;
+        if !src.intact(first + u64::from(want)) {
+            return Err(ReadError::SourceChanged);
+        }
+        Ok(src.bytes(first, u64::from(want)))
     }
 
     /// Total size of all sources, for `statfs`.
@@ -263,6 +298,27 @@ impl Source {
             Some(Ok(p)) => p.data_start,
             _ => 0,
         }
+    }
+
+    /// Whether the file still holds, up to `end`, the bytes it had at mount time: not shorter, and
+    /// not modified since (same mtime). One `fstat`, measured within noise of a read.
+    fn intact(&self, end: u64) -> bool {
+        let Some(file) = &self.file else {
+            return true;
+        };
+        let ok = file.metadata().is_ok_and(|now| {
+            now.len() >= end
+                && now.mtime() == self.meta.mtime()
+                && now.mtime_nsec() == self.meta.mtime_nsec()
+        });
+        if !ok && !self.changed.swap(true, Ordering::Relaxed) {
+            warn!(
+                "{}: changed since it was mounted (truncated or rewritten in place); reads of it fail \
+                 with EIO until remount",
+                self.path.display()
+            );
+        }
+        ok
     }
 
     /// `len` bytes (fewer at the end of the file) from `start`.
