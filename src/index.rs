@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Index files larger than this are refused (the largest public index, 92k tensors, is about 8 MB).
@@ -34,17 +37,14 @@ pub fn merged_dir_name(file_name: &str) -> Option<String> {
 
 /// Parses an index file's bytes. The error is the rule broken, without the path.
 pub fn parse(bytes: &[u8]) -> Result<Index, String> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("index is not valid JSON: {e}"))?;
-    let Value::Object(mut top) = value else {
-        return Err("index is not a JSON object".into());
-    };
-    let metadata = match top.remove("metadata") {
+    let top: IndexFile =
+        serde_json::from_slice(bytes).map_err(|e| format!("index is not valid: {e}"))?;
+    let metadata = match top.metadata {
         None | Some(Value::Null) => None,
         Some(Value::Object(m)) => Some(m),
         Some(_) => return Err("index `metadata` is not an object".into()),
     };
-    let Some(Value::Object(map)) = top.remove("weight_map") else {
+    let Some(StrictMap(map)) = top.weight_map else {
         return Err("index has no `weight_map` object".into());
     };
     let mut weight_map = BTreeMap::new();
@@ -65,6 +65,78 @@ pub fn parse(bytes: &[u8]) -> Result<Index, String> {
         weight_map,
         metadata,
     })
+}
+
+/// The top level of an index: only `metadata` and `weight_map` are looked at.
+struct IndexFile {
+    metadata: Option<Value>,
+    weight_map: Option<StrictMap>,
+}
+
+/// A JSON object in which a key given twice is an error (serde_json keeps the last one silently,
+/// which would let an index list a tensor twice with two different shards).
+struct StrictMap(Map<String, Value>);
+
+impl<'de> Deserialize<'de> for IndexFile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Top;
+        impl<'de> Visitor<'de> for Top {
+            type Value = IndexFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IndexFile, A::Error> {
+                let mut out = IndexFile {
+                    metadata: None,
+                    weight_map: None,
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "metadata" if out.metadata.is_none() => {
+                            out.metadata = Some(map.next_value()?)
+                        }
+                        "weight_map" if out.weight_map.is_none() => {
+                            out.weight_map = Some(map.next_value()?)
+                        }
+                        "metadata" | "weight_map" => {
+                            return Err(de::Error::custom(format!("key `{key}` appears twice")));
+                        }
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Top)
+    }
+}
+
+impl<'de> Deserialize<'de> for StrictMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Strict;
+        impl<'de> Visitor<'de> for Strict {
+            type Value = StrictMap;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictMap, A::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: Value = map.next_value()?;
+                    if out.contains_key(&key) {
+                        return Err(de::Error::custom(format!(
+                            "weight_map lists tensor `{key}` twice"
+                        )));
+                    }
+                    out.insert(key, value);
+                }
+                Ok(StrictMap(out))
+            }
+        }
+        d.deserialize_map(Strict)
+    }
 }
 
 fn is_plain_file_name(s: &str) -> bool {
@@ -120,10 +192,15 @@ mod tests {
     #[test]
     fn rejects_bad_indexes() {
         for (bytes, needle) in [
-            (&b"nope"[..], "not valid JSON"),
-            (b"[]", "not a JSON object"),
+            (&b"nope"[..], "not valid"),
+            (b"[]", "a JSON object"),
+            (
+                br#"{"weight_map":{"a":"s1","a":"s2"}}"#,
+                "lists tensor `a` twice",
+            ),
+            (br#"{"weight_map":{},"weight_map":{}}"#, "appears twice"),
             (b"{}", "no `weight_map`"),
-            (br#"{"weight_map":[]}"#, "no `weight_map`"),
+            (br#"{"weight_map":[]}"#, "expected a JSON object"),
             (br#"{"weight_map":{"a":1}}"#, "not a string"),
             (
                 br#"{"weight_map":{"a":"../x.safetensors"}}"#,
