@@ -9,6 +9,12 @@
 //! - [`listing`]: `--list` output;
 //! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals.
 
+// No panic may reach the FUSE loop: errors are values, mapped to errnos at the adapter.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 pub mod cli;
 pub mod daemon;
 pub mod format;

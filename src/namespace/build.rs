@@ -28,6 +28,13 @@ use crate::format::{self, Tensor};
 use crate::index::{self, Index};
 use crate::names::Shortener;
 
+/// Directories nested deeper than this are left out (with a warning).
+const MAX_DEPTH: usize = 256;
+
+/// A tree larger than this is refused: symbolic links (to `/`, or several to one large directory)
+/// can make a mirror grow without bound.
+const MAX_NODES: usize = 1 << 24;
+
 impl Tree {
     /// Builds the tree for SOURCE (a `.safetensors` file or a directory). Problems with single files
     /// inside a directory are warnings (errors with `strict`); anything else is an error.
@@ -320,6 +327,21 @@ impl Builder {
         meta: &Metadata,
         ancestors: &mut Vec<(u64, u64)>,
     ) -> Result<Option<Ino>, BuildError> {
+        if self.nodes.len() > MAX_NODES {
+            return Err(path_error(
+                path,
+                format!(
+                    "the tree has over {MAX_NODES} entries; do symbolic links pull in a large tree?"
+                ),
+            ));
+        }
+        if ancestors.len() >= MAX_DEPTH {
+            warn!(
+                "{}: nested over {MAX_DEPTH} levels deep, left out",
+                path.display()
+            );
+            return Ok(None);
+        }
         let mut entries: Vec<(Vec<u8>, PathBuf)> = match fs::read_dir(path) {
             Ok(rd) => rd
                 .filter_map(|e| e.ok())
