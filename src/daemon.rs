@@ -119,7 +119,7 @@ fn statvfs_errno(path: &Path) -> Option<i32> {
 }
 
 /// The kernel mount configuration.
-pub fn fuse_config(opts: &MountOptions, fsname: String) -> Config {
+pub fn fuse_config(opts: &MountOptions, fsname: String, threads: usize) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -142,8 +142,8 @@ pub fn fuse_config(opts: &MountOptions, fsname: String) -> Config {
     if opts.auto_unmount {
         config.mount_options.push(MountOption::AutoUnmount);
     }
-    config.n_threads = Some(2);
-    config.clone_fd = true;
+    config.n_threads = Some(threads.max(1));
+    config.clone_fd = threads > 1;
     config
 }
 

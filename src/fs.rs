@@ -22,13 +22,63 @@ const BLKSIZE: u32 = 1 << 20;
 
 const STATFS_BSIZE: u32 = 4096;
 
+/// How tensormount talks to the kernel. [`Tuning::default`] is what it uses; [`Tuning::baseline`]
+/// (environment `TENSORMOUNT_TUNING=baseline`) is fuser's defaults with one thread, so that the
+/// benchmark can show what each setting brings.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// FUSE worker threads (each with its own /dev/fuse descriptor).
+    pub threads: usize,
+    /// Keep the kernel's page cache of a file and of directory listings across opens.
+    pub keep_cache: bool,
+    /// Answer directory listings with attributes (READDIRPLUS).
+    pub readdirplus: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            threads: 2,
+            keep_cache: true,
+            readdirplus: true,
+        }
+    }
+}
+
+impl Tuning {
+    pub fn baseline() -> Tuning {
+        Tuning {
+            threads: 1,
+            keep_cache: false,
+            readdirplus: false,
+        }
+    }
+
+    /// The tuning chosen by the environment.
+    pub fn from_env() -> Tuning {
+        match std::env::var("TENSORMOUNT_TUNING").as_deref() {
+            Ok("baseline") => Tuning::baseline(),
+            _ => Tuning::default(),
+        }
+    }
+}
+
 pub struct TensorFs {
     tree: Tree,
+    tuning: Tuning,
 }
 
 impl TensorFs {
-    pub fn new(tree: Tree) -> TensorFs {
-        TensorFs { tree }
+    pub fn new(tree: Tree, tuning: Tuning) -> TensorFs {
+        TensorFs { tree, tuning }
+    }
+
+    fn open_flags(&self, dir: bool) -> FopenFlags {
+        match (self.tuning.keep_cache, dir) {
+            (false, _) => FopenFlags::empty(),
+            (true, false) => FopenFlags::FOPEN_KEEP_CACHE,
+            (true, true) => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+        }
     }
 
     fn attr(&self, ino: Ino) -> Option<FileAttr> {
@@ -77,8 +127,11 @@ fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
 impl Filesystem for TensorFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // List directories with their attributes in one pass where the kernel wants them (`ls -l`).
-        let _ = config
-            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        if self.tuning.readdirplus {
+            let _ = config.add_capabilities(
+                InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+            );
+        }
         Ok(())
     }
 
@@ -107,7 +160,7 @@ impl Filesystem for TensorFs {
         }
         match self.tree.node(ino.0).map(|n| n.attr.kind) {
             // The bytes never change: keep the kernel's page cache across opens.
-            Some(Kind::File) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Some(Kind::File) => reply.opened(FileHandle(0), self.open_flags(false)),
             Some(Kind::Dir) => reply.error(Errno::EISDIR),
             None => reply.error(Errno::ENOENT),
         }
@@ -137,10 +190,7 @@ impl Filesystem for TensorFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.tree.children(ino.0) {
-            Some(_) => reply.opened(
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
+            Some(_) => reply.opened(FileHandle(0), self.open_flags(true)),
             None => reply.error(Errno::ENOTDIR),
         }
     }

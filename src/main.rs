@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use tensormount::cli::{Args, MountOptions};
+use tensormount::fs::{TensorFs, Tuning};
 use tensormount::namespace::{Options, Tree};
-use tensormount::{daemon, fs::TensorFs, listing};
+use tensormount::{daemon, listing};
 
 fn main() -> ExitCode {
     init_logging();
@@ -48,8 +49,9 @@ fn run(args: Args) -> Result<(), String> {
         .fsname
         .clone()
         .unwrap_or_else(|| source.to_string_lossy().into_owned());
-    let config = daemon::fuse_config(&opts, fsname);
-    let fs = TensorFs::new(tree);
+    let tuning = Tuning::from_env();
+    let config = daemon::fuse_config(&opts, fsname, tuning.threads);
+    let fs = TensorFs::new(tree, tuning);
     if args.foreground {
         daemon::run_foreground(fs, &mnt, &config)
     } else {
