@@ -195,6 +195,8 @@ fn read_index(file: &File) -> Result<Index, String> {
 
 /// A regular file of the directory being mirrored.
 struct DirFile {
+    /// The mirrored file's node.
+    ino: Ino,
     source: usize,
     meta: Metadata,
     /// For an index file: the merged directory it asks for, and the parsed index.
@@ -250,6 +252,13 @@ impl Builder {
         node.attr.nlink = 2 + subdirs as u32;
         if let Content::Dir { children: c, .. } = &mut node.content {
             *c = children;
+        }
+    }
+
+    /// Records why a mirrored file is not what it claims to be (its `user.safetensors.error`).
+    fn set_error(&mut self, ino: Ino, reason: &str) {
+        if let Content::Mirror { error, .. } = &mut self.nodes[(ino - 1) as usize].content {
+            *error = Some(Arc::from(reason));
         }
     }
 
@@ -422,6 +431,7 @@ impl Builder {
                 files.insert(
                     entry_name,
                     DirFile {
+                        ino: child,
                         source: src,
                         meta: target,
                         index,
@@ -539,6 +549,7 @@ impl Builder {
                         "{}: {reason} (no {dir_name} directory)",
                         index_path.display()
                     ))?;
+                    self.set_error(f.ino, &reason);
                     continue;
                 }
             };

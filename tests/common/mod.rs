@@ -162,7 +162,7 @@ impl Mounted {
         }
         let out = run(&args);
         let mounted = is_mounted(&dir);
-        (mounted.then_some(Mounted { dir, _tmp: tmp }), out)
+        (mounted.then(|| Mounted { dir, _tmp: tmp }), out)
     }
 
     pub fn path(&self, p: impl AsRef<Path>) -> PathBuf {
