@@ -142,7 +142,8 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
     };
 
     let data_start = PREFIX_LEN + declared;
-    if data_start + metadata.data_len() as u64 != file_len {
+    // Offsets near 2^64 must not wrap around into a match.
+    if data_start.checked_add(metadata.data_len() as u64) != Some(file_len) {
         return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
     }
     Ok(Header {
@@ -320,6 +321,21 @@ mod tests {
             rule(&with_header(&t("[0,2]", "[2]", "bf16"), &[0; 2])),
             "InvalidHeaderDeserialization"
         );
+    }
+
+    #[test]
+    fn data_length_near_u64_max_does_not_overflow() {
+        // Found by fuzzing: 8 tensors of 2^61 - 1 bytes end at 2^64 - 8, and 8 + N + that
+        // overflowed.
+        let n = (1u64 << 61) - 1;
+        let entries: Vec<String> = (0..8)
+            .map(|i| {
+                let (b, e) = (i * n, (i + 1) * n);
+                format!(r#""t{i}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{b},{e}]}}"#)
+            })
+            .collect();
+        let json = format!("{{{}}}", entries.join(","));
+        assert_eq!(rule(&with_header(&json, b"")), "MetadataIncompleteBuffer");
     }
 
     #[test]
