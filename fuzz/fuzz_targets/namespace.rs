@@ -1,0 +1,385 @@
+//! `namespace::Tree::build` over a small directory made from the input, then a walk of the tree.
+//!
+//! Input: one layout byte, then up to six parts separated by `SEP` (`\xff=====\xff`; `\xff` never
+//! occurs in UTF-8 JSON, so the separator never cuts a header or an index in two). The layout byte:
+//! - bits 0-2 choose the files (see [`write_layout`]): a single file as SOURCE, one unsharded file,
+//!   a sharded set, a set with a missing shard, a set beside an unsharded file wanting the same
+//!   directory, files named by the input, a real directory hiding a merged one, a variant index;
+//! - bit 3 puts everything one directory down (`sub/`);
+//! - bit 4 adds a symbolic link to the first file and one closing a directory cycle.
+//!
+//! The tree is built with the default options and with `strict`; whatever it accepts must be
+//! walkable: names valid and sorted, lookups, reads (checked byte for byte against the sources on
+//! disk), xattrs and `--list` consistent.
+#![no_main]
+
+mod common;
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use tensormount::format;
+use tensormount::names;
+use tensormount::namespace::{Content, Kind, Options, ROOT, ReadError, Tree};
+
+const SEP: &[u8] = b"\xff=====\xff";
+const SHARD1: &str = "model-00001-of-00002.safetensors";
+const SHARD2: &str = "model-00002-of-00002.safetensors";
+const INDEX: &str = "model.safetensors.index.json";
+const XATTR_PREFIX: &str = "user.safetensors.";
+
+/// This process's scratch directory (in /dev/shm), removed at exit.
+fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(format!("/dev/shm/tensormount-fuzz-{}", std::process::id()));
+        extern "C" fn remove() {
+            if let Some(dir) = DIR.get() {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+        // SAFETY: registers a plain function without arguments.
+        unsafe { libc::atexit(remove) };
+        dir
+    })
+}
+
+fn split(data: &[u8]) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    let mut rest = data;
+    while parts.len() < 5 {
+        match rest.windows(SEP.len()).position(|w| w == SEP) {
+            Some(i) => {
+                parts.push(&rest[..i]);
+                rest = &rest[i + SEP.len()..];
+            }
+            None => break,
+        }
+    }
+    parts.push(rest);
+    parts
+}
+
+/// A file name made of input bytes, or `None` if it cannot be one.
+fn fuzzed_name(bytes: &[u8]) -> Option<&OsStr> {
+    let name = &bytes[..bytes.len().min(common::NAME_MAX)];
+    let ok = !name.is_empty()
+        && name != b"."
+        && name != b".."
+        && !name.contains(&b'/')
+        && !name.contains(&0);
+    ok.then(|| OsStr::from_bytes(name))
+}
+
+/// Writes the files of `layout` into `dir`; returns the SOURCE to build from.
+fn write_layout(dir: &Path, layout: u8, parts: &[&[u8]]) -> PathBuf {
+    let part = |i: usize| parts.get(i).copied().unwrap_or_default();
+    let write = |name: &OsStr, bytes: &[u8]| {
+        let path = dir.join(name);
+        if !path.exists() {
+            fs::write(path, bytes).expect("write scratch file");
+        }
+    };
+    let w = |name: &str, i: usize| write(OsStr::new(name), part(i));
+    match layout {
+        0 => {
+            w("model.safetensors", 0);
+            return dir.join("model.safetensors");
+        }
+        1 => w("model.safetensors", 0),
+        2 => {
+            w(SHARD1, 0);
+            w(SHARD2, 1);
+            w(INDEX, 2);
+        }
+        3 => {
+            w(SHARD1, 0);
+            w(INDEX, 1);
+        }
+        4 => {
+            w(SHARD1, 0);
+            w(SHARD2, 1);
+            w(INDEX, 2);
+            w("model.safetensors", 3);
+        }
+        5 => {
+            for pair in parts.chunks(2) {
+                if let Some(name) = fuzzed_name(pair[0]) {
+                    write(name, pair.get(1).copied().unwrap_or_default());
+                }
+            }
+        }
+        6 => {
+            w(SHARD1, 0);
+            w(SHARD2, 1);
+            w(INDEX, 2);
+            fs::create_dir(dir.join("model.tensors")).unwrap();
+            fs::write(dir.join("model.tensors/model.safetensors"), part(3)).unwrap();
+        }
+        _ => {
+            w(SHARD1, 0);
+            w(SHARD2, 1);
+            w("model.safetensors.index.fp16.json", 2);
+            w("model.fp16.safetensors", 3);
+        }
+    }
+    dir.to_path_buf()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let parts = split(rest);
+    let root = scratch();
+    let _ = fs::remove_dir_all(root);
+    fs::create_dir(root).expect("create scratch directory");
+    let mut dir = root.to_path_buf();
+    if selector & 0x08 != 0 {
+        dir.push("sub");
+        fs::create_dir(&dir).unwrap();
+    }
+    let layout = selector & 0x07;
+    let source = write_layout(&dir, layout, &parts);
+    if selector & 0x10 != 0 && layout != 0 {
+        if let Some(first) = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .min()
+        {
+            std::os::unix::fs::symlink(&first, dir.join("link.safetensors")).unwrap();
+        }
+        std::os::unix::fs::symlink(root, dir.join("cycle")).unwrap();
+    }
+
+    let lenient = Tree::build(&source, &Options::default());
+    let strict = Tree::build(&source, &Options { strict: true });
+
+    if layout == 0 {
+        // A single file builds exactly when its header is valid.
+        let file = fs::File::open(&source).unwrap();
+        let header = format::read_header(&file, &source);
+        assert_eq!(header.is_ok(), lenient.is_ok(), "{header:?} / {lenient:?}");
+        assert_eq!(header.is_ok(), strict.is_ok());
+    }
+
+    let listed = lenient.as_ref().ok().map(|t| check_tree(t, &source));
+    match (&strict, listed) {
+        (Ok(t), Some(listed)) => {
+            let strict_listed = check_tree(t, &source);
+            assert_eq!(strict_listed, listed, "strict and default trees differ");
+        }
+        (Ok(_), None) => panic!("strict build succeeded where the default failed: {lenient:?}"),
+        (Err(e), _) => {
+            let _ = e.to_string();
+        }
+    }
+    if let Err(e) = &lenient {
+        let _ = e.to_string();
+    }
+});
+
+/// Walks the whole tree, checking everything it shows. Returns the `--list` paths and offsets.
+fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
+    let count = tree.node_count();
+    assert!(count >= 1);
+    assert!(tree.node(0).is_none() && tree.node(count + 1).is_none());
+    assert_eq!(tree.read(0, 0, 1), Err(ReadError::NotFound));
+    assert_eq!(tree.read(count + 1, 0, 1), Err(ReadError::NotFound));
+    assert!(tree.xattr_names(count + 1).is_empty());
+
+    let root_node = tree.node(ROOT).unwrap();
+    assert_eq!(root_node.attr.kind, Kind::Dir);
+    assert!(root_node.name.is_empty());
+
+    // Directory walk from the root: every node reached exactly once.
+    let mut seen = vec![false; count as usize + 1];
+    let mut tensors = 0usize;
+    let mut stack = vec![(ROOT, PathBuf::new())];
+    while let Some((ino, path)) = stack.pop() {
+        assert!(
+            !std::mem::replace(&mut seen[ino as usize], true),
+            "inode {ino} reached twice"
+        );
+        let node = tree.node(ino).unwrap();
+        assert_eq!(
+            node.attr.perm & 0o222,
+            0,
+            "{path:?}: writable permission bits"
+        );
+        check_xattrs(tree, ino, &path);
+        match &node.content {
+            Content::Dir { children, .. } => {
+                assert_eq!(node.attr.kind, Kind::Dir);
+                assert_eq!(tree.read(ino, 0, 1), Err(ReadError::IsDir));
+                assert_eq!(tree.children(ino), Some(&children[..]));
+                let mut subdirs = 0;
+                let mut previous: Option<&[u8]> = None;
+                for &c in children {
+                    let child = tree
+                        .node(c)
+                        .unwrap_or_else(|| panic!("{path:?}: child {c} missing"));
+                    let name = &child.name[..];
+                    common::assert_file_name(name, &format!("{path:?}"));
+                    if let Some(p) = previous {
+                        assert!(
+                            p < name,
+                            "{path:?}: children not sorted or not unique: {p:?} {name:?}"
+                        );
+                    }
+                    previous = Some(name);
+                    assert_eq!(child.parent, ino);
+                    assert_eq!(tree.lookup(ino, name), Some(c));
+                    if child.attr.kind == Kind::Dir {
+                        subdirs += 1;
+                    }
+                    stack.push((c, path.join(OsStr::from_bytes(name))));
+                }
+                assert_eq!(node.attr.nlink, 2 + subdirs, "{path:?}: nlink");
+                assert_eq!(tree.lookup(ino, b"\0"), None);
+                assert_eq!(tree.lookup(ino, b""), None);
+            }
+            content => {
+                assert_eq!(node.attr.kind, Kind::File);
+                assert_eq!(tree.children(ino), None);
+                let size = node.attr.size;
+                let whole = tree
+                    .read(ino, 0, u32::MAX)
+                    .unwrap_or_else(|e| panic!("{path:?}: read: {e:?}"));
+                assert_eq!(whole.len() as u64, size, "{path:?}: read length");
+                assert_eq!(tree.read(ino, size, 4096), Ok(&[][..]));
+                assert_eq!(tree.read(ino, u64::MAX, u32::MAX), Ok(&[][..]));
+                assert_eq!(tree.read(ino, 0, 0), Ok(&[][..]));
+                if size > 0 {
+                    assert_eq!(tree.read(ino, size - 1, 2), Ok(&whole[whole.len() - 1..]));
+                }
+                match content {
+                    Content::Mirror { .. } => {
+                        // A mirrored file is the file at the same place under SOURCE.
+                        let real = fs::read(source.join(&path)).unwrap();
+                        assert!(whole == &real[..], "{path:?}: mirrored bytes differ");
+                    }
+                    Content::Tensor { tensor, .. } => {
+                        tensors += 1;
+                        check_tensor(tree, ino, &path, tensor, whole);
+                    }
+                    Content::Generated(_) => {
+                        assert_eq!(&node.name[..], b"__metadata__");
+                        assert_eq!(whole.last(), Some(&b'\n'));
+                        let v: serde_json::Value = serde_json::from_slice(whole)
+                            .unwrap_or_else(|e| panic!("{path:?}: not JSON: {e}"));
+                        assert!(v.is_object(), "{path:?}: not a JSON object");
+                    }
+                    Content::Dir { .. } => unreachable!(),
+                }
+            }
+        }
+    }
+    assert!(
+        seen[1..].iter().all(|&s| s),
+        "nodes unreachable from the root"
+    );
+
+    // `--list`: every tensor file once, by a path that leads to it.
+    let list = tree.list();
+    assert_eq!(list.len(), tensors);
+    let mut out = Vec::new();
+    let mut paths = HashSet::new();
+    for l in &list {
+        assert!(paths.insert(l.path.clone()), "listed twice: {}", l.path);
+        if !l.path.contains('\u{fffd}') {
+            let mut ino = ROOT;
+            for component in l.path.split('/') {
+                ino = tree
+                    .lookup(ino, component.as_bytes())
+                    .unwrap_or_else(|| panic!("listed path {:?} does not resolve", l.path));
+            }
+            let Some(Content::Tensor { tensor, .. }) = tree.node(ino).map(|n| &n.content) else {
+                panic!("listed path {:?} is not a tensor", l.path);
+            };
+            assert_eq!(tensor.name, l.tensor.name);
+        }
+        out.push((l.path.clone(), l.offset, l.tensor.size()));
+    }
+    out
+}
+
+fn check_tensor(tree: &Tree, ino: u64, path: &Path, tensor: &format::Tensor, bytes: &[u8]) {
+    let x = |key: &str| {
+        let v = tree
+            .xattr(ino, &format!("{XATTR_PREFIX}{key}"))
+            .unwrap_or_else(|| panic!("{path:?}: no {key} xattr"));
+        String::from_utf8(v).unwrap_or_else(|_| panic!("{path:?}: {key} xattr is not UTF-8"))
+    };
+    assert_eq!(bytes.len() as u64, tensor.size());
+    let offsets = common::json_usize_array(&x("data_offsets")).expect("data_offsets xattr");
+    assert_eq!(offsets, [tensor.begin, tensor.end]);
+    assert!(
+        common::json_usize_array(&x("shape")).is_some(),
+        "{path:?}: shape xattr"
+    );
+    assert_eq!(x("dtype"), tensor.dtype_name());
+    let offset: u64 = x("offset").parse().expect("offset xattr");
+    // The bytes served are the source's bytes at that offset.
+    let source = tree.xattr(ino, &format!("{XATTR_PREFIX}source")).unwrap();
+    let real = fs::read(OsStr::from_bytes(&source)).unwrap();
+    let start = offset as usize;
+    assert!(
+        real.get(start..start + bytes.len()) == Some(bytes),
+        "{path:?}: tensor bytes differ from the source's"
+    );
+    // The file name is the escaped tensor name, unless that is too long.
+    let escaped = names::escape(&tensor.name);
+    let file_name = path.file_name().unwrap().as_bytes();
+    if escaped.len() <= common::NAME_MAX {
+        assert_eq!(
+            file_name,
+            escaped.as_bytes(),
+            "{path:?}: file name of `{}`",
+            tensor.name
+        );
+    } else {
+        assert!(
+            file_name.windows(2).any(|w| w == b"%#"),
+            "{path:?}: shortened name without marker"
+        );
+    }
+    if tensor.name.len() <= 65536 {
+        assert_eq!(x("name"), tensor.name);
+    }
+}
+
+fn check_xattrs(tree: &Tree, ino: u64, path: &Path) {
+    let names = tree.xattr_names(ino);
+    let mut seen = HashSet::new();
+    let mut list_len = 0;
+    for name in &names {
+        assert!(seen.insert(name), "{path:?}: xattr {name} listed twice");
+        assert!(name.starts_with(XATTR_PREFIX), "{path:?}: xattr {name}");
+        assert!(
+            name.len() <= 255 && !name.contains('\0'),
+            "{path:?}: xattr name {name:?}"
+        );
+        list_len += name.len() + 1;
+        let value = tree
+            .xattr(ino, name)
+            .unwrap_or_else(|| panic!("{path:?}: listed xattr {name} has no value"));
+        assert!(
+            value.len() <= 65536,
+            "{path:?}: xattr {name} of {} bytes",
+            value.len()
+        );
+    }
+    assert!(
+        list_len <= 65536,
+        "{path:?}: xattr list of {list_len} bytes"
+    );
+    assert_eq!(tree.xattr(ino, "user.safetensors.no-such-attribute"), None);
+    assert_eq!(tree.xattr(ino, "trusted.x"), None);
+}
