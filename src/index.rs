@@ -101,8 +101,9 @@ impl<'de> Deserialize<'de> for IndexFile {
                         "metadata" | "weight_map" => {
                             return Err(de::Error::custom(format!("key `{key}` appears twice")));
                         }
+                        // Parsed, not skipped, so that invalid JSON anywhere breaks the index.
                         _ => {
-                            map.next_value::<de::IgnoredAny>()?;
+                            map.next_value::<Value>()?;
                         }
                     }
                 }
@@ -199,6 +200,8 @@ mod tests {
                 "lists tensor `a` twice",
             ),
             (br#"{"weight_map":{},"weight_map":{}}"#, "appears twice"),
+            (b"{\"x\":{\"\xff\":1},\"weight_map\":{}}", "not valid"),
+            (br#"{"x":"\ud800","weight_map":{}}"#, "not valid"),
             (b"{}", "no `weight_map`"),
             (br#"{"weight_map":[]}"#, "expected a JSON object"),
             (br#"{"weight_map":{"a":1}}"#, "not a string"),
