@@ -1,16 +1,22 @@
 //! The FUSE adapter: translates kernel requests into lookups in the immutable [`Tree`] and byte
 //! ranges of its sources. Nothing here decides what the tree holds.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+
+use log::debug;
 
 use crate::namespace::{Attr, Ino, Kind, ReadError, Tree};
 
@@ -33,6 +39,9 @@ pub struct Tuning {
     pub keep_cache: bool,
     /// Answer directory listings with attributes (READDIRPLUS).
     pub readdirplus: bool,
+    /// Let the kernel read mirrored whole files straight from their source (FUSE passthrough,
+    /// Linux 6.9+, needs CAP_SYS_ADMIN); tensors cannot use it, as it maps offsets 1:1.
+    pub passthrough: bool,
 }
 
 impl Default for Tuning {
@@ -41,6 +50,7 @@ impl Default for Tuning {
             threads: 2,
             keep_cache: true,
             readdirplus: true,
+            passthrough: true,
         }
     }
 }
@@ -51,6 +61,7 @@ impl Tuning {
             threads: 1,
             keep_cache: false,
             readdirplus: false,
+            passthrough: false,
         }
     }
 
@@ -66,11 +77,21 @@ impl Tuning {
 pub struct TensorFs {
     tree: Tree,
     tuning: Tuning,
+    /// Passthrough backing files, one per mirrored inode, kept for the life of the mount (the
+    /// kernel wants the same one for every open of an inode).
+    backing: Mutex<HashMap<Ino, BackingId>>,
+    /// Cleared once the kernel refuses a backing file for want of privilege or support.
+    passthrough_ok: AtomicBool,
 }
 
 impl TensorFs {
     pub fn new(tree: Tree, tuning: Tuning) -> TensorFs {
-        TensorFs { tree, tuning }
+        TensorFs {
+            tree,
+            tuning,
+            backing: Mutex::new(HashMap::new()),
+            passthrough_ok: AtomicBool::new(tuning.passthrough),
+        }
     }
 
     fn open_flags(&self, dir: bool) -> FopenFlags {
@@ -83,6 +104,38 @@ impl TensorFs {
 
     fn attr(&self, ino: Ino) -> Option<FileAttr> {
         Some(file_attr(ino, &self.tree.node(ino)?.attr))
+    }
+
+    /// Opens a mirrored file in passthrough mode if possible; gives the reply back otherwise.
+    fn open_passthrough(&self, ino: Ino, reply: ReplyOpen) -> Option<ReplyOpen> {
+        if !self.passthrough_ok.load(Ordering::Relaxed) {
+            return Some(reply);
+        }
+        let Some(file) = self.tree.passthrough_file(ino) else {
+            return Some(reply);
+        };
+        let Ok(mut backing) = self.backing.lock() else {
+            return Some(reply);
+        };
+        let id = match backing.entry(ino) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => match reply.open_backing(file) {
+                Ok(id) => e.insert(id),
+                Err(err) => {
+                    // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
+                    // source on a stacked filesystem: serve through the daemon instead.
+                    debug!("passthrough refused for inode {ino}: {err}");
+                    let hopeless = [libc::EPERM, libc::ENOTTY, libc::EOPNOTSUPP];
+                    if err.raw_os_error().is_some_and(|c| hopeless.contains(&c)) {
+                        self.passthrough_ok.store(false, Ordering::Relaxed);
+                    }
+                    return Some(reply);
+                }
+            },
+        };
+        // The kernel refuses passthrough combined with caching flags (the page cache is the source's).
+        reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id);
+        None
     }
 }
 
@@ -132,6 +185,12 @@ impl Filesystem for TensorFs {
                 InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
             );
         }
+        if self.tuning.passthrough {
+            // Depth 1: backing files may not themselves be on a stacked filesystem.
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            self.passthrough_ok.store(ok, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -159,8 +218,12 @@ impl Filesystem for TensorFs {
             return reply.error(Errno::EROFS);
         }
         match self.tree.node(ino.0).map(|n| n.attr.kind) {
-            // The bytes never change: keep the kernel's page cache across opens.
-            Some(Kind::File) => reply.opened(FileHandle(0), self.open_flags(false)),
+            Some(Kind::File) => {
+                // The bytes never change: keep the kernel's page cache across opens.
+                if let Some(reply) = self.open_passthrough(ino.0, reply) {
+                    reply.opened(FileHandle(0), self.open_flags(false));
+                }
+            }
             Some(Kind::Dir) => reply.error(Errno::EISDIR),
             None => reply.error(Errno::ENOENT),
         }

@@ -160,3 +160,50 @@ fn a_100_gb_model_mounts_without_reading_its_data() {
     );
     stop(child, &mnt);
 }
+
+/// Bytes the daemon has written (its FUSE replies), from /proc/PID/io.
+fn daemon_wchar(pid: u32) -> u64 {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn mirrored_files_are_read_by_the_kernel_through_passthrough_and_tensors_by_the_daemon() {
+    if !require_fuse() {
+        return;
+    }
+    let tmp = TempDir::new("passthrough");
+    let model = tmp.join("model");
+    fs::create_dir(&model).unwrap();
+    let data = bytes(16 << 20, 3);
+    write_safetensors(
+        &model.join("model.safetensors"),
+        &[T {
+            name: "w",
+            dtype: "U8",
+            shape: &[16 << 20],
+            data: data.clone(),
+        }],
+        None,
+    );
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let child = spawn_foreground(&model, &mnt, 1024);
+    let before = daemon_wchar(child.id());
+    let mirrored = fs::read(mnt.join("model.safetensors")).unwrap();
+    assert_eq!(mirrored, fs::read(model.join("model.safetensors")).unwrap());
+    let after_mirror = daemon_wchar(child.id());
+    assert!(
+        after_mirror - before < 1 << 20,
+        "the daemon replied {} bytes for a 16 MiB mirrored file: no passthrough",
+        after_mirror - before
+    );
+    // A tensor cannot be passed through (its offsets differ from the source's): the daemon serves it.
+    assert_eq!(fs::read(mnt.join("model.tensors/w")).unwrap(), data);
+    assert!(daemon_wchar(child.id()) - after_mirror >= 16 << 20);
+    stop(child, &mnt);
+}

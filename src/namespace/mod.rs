@@ -164,6 +164,19 @@ impl Tree {
         self.nodes.get(index)
     }
 
+    /// The open source file behind a mirrored file, for kernel passthrough: only if a descriptor
+    /// was kept and the file is unchanged since the mount (a changed one is served by the daemon,
+    /// which fails its reads with EIO).
+    pub fn passthrough_file(&self, ino: Ino) -> Option<&File> {
+        match &self.node(ino)?.content {
+            Content::Mirror { source, .. } => {
+                let src = &self.sources[*source];
+                src.intact(src.len).then_some(src.file.as_ref()).flatten()
+            }
+            _ => None,
+        }
+    }
+
     /// The children of a directory, sorted by name.
     pub fn children(&self, ino: Ino) -> Option<&[Ino]> {
         match &self.node(ino)?.content {
