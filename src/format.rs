@@ -10,6 +10,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use safetensors::SafeTensorError;
 use safetensors::tensor::Metadata;
@@ -33,7 +34,8 @@ pub struct Header {
 /// One tensor of a header.
 #[derive(Debug)]
 pub struct Tensor {
-    pub name: String,
+    /// Shared with the tensor's file names where those are the name itself.
+    pub name: Arc<str>,
     pub dtype: Dtype,
     pub shape: Box<[usize]>,
     /// `[begin, end)` relative to the data buffer, as in the header.
@@ -179,7 +181,7 @@ fn tensors_in_data_order(metadata: &Metadata) -> Vec<Tensor> {
                 shape: info.shape.clone().into_boxed_slice(),
                 begin: info.data_offsets.0 as u64,
                 end: info.data_offsets.1 as u64,
-                name,
+                name: Arc::from(name),
             })
         })
         .collect()
@@ -245,7 +247,7 @@ mod tests {
         let h = read_header(&f, &p).unwrap();
         assert_eq!(h.data_start, 72);
         assert_eq!(h.tensors.len(), 1);
-        assert_eq!(h.tensors[0].name, "test");
+        assert_eq!(&*h.tensors[0].name, "test");
         assert_eq!(h.tensors[0].shape_json(), "[2,2]");
         assert_eq!(h.tensors[0].dtype_name(), "I32");
         assert!(h.metadata.is_none());

@@ -53,7 +53,7 @@ pub fn json(rows: &[Listed<'_>]) -> String {
         .map(|r| {
             json!({
                 "path": r.path,
-                "name": r.tensor.name,
+                "name": &*r.tensor.name,
                 "dtype": r.tensor.dtype_name(),
                 "shape": r.tensor.shape,
                 "size": r.tensor.size(),

@@ -12,6 +12,7 @@
 //! a shortened name and nothing else, and escaping alone is injective. Shortened names are made
 //! unique within their directory by [`Shortener`].
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// The longest file name Linux accepts (NAME_MAX).
@@ -21,12 +22,15 @@ const MARKER: &str = "%#";
 const HASH_DIGITS: usize = 16;
 
 /// Escapes a tensor name (no shortening).
-pub fn escape(name: &str) -> String {
+pub fn escape(name: &str) -> Cow<'_, str> {
     match name {
-        "" => return "%".to_string(),
-        "." => return "%2E".to_string(),
-        ".." => return "%2E%2E".to_string(),
+        "" => return Cow::Borrowed("%"),
+        "." => return Cow::Borrowed("%2E"),
+        ".." => return Cow::Borrowed("%2E%2E"),
         _ => {}
+    }
+    if !name.contains(['%', '/', '\0']) {
+        return Cow::Borrowed(name);
     }
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
@@ -37,7 +41,7 @@ pub fn escape(name: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Gives each tensor name of one directory a unique file name. Feed names in a fixed order (the
@@ -48,7 +52,8 @@ pub struct Shortener {
 }
 
 impl Shortener {
-    pub fn file_name(&mut self, name: &str) -> String {
+    /// The file name for `name`: borrowed when it is the tensor name itself (the common case).
+    pub fn file_name<'a>(&mut self, name: &'a str) -> Cow<'a, str> {
         let escaped = escape(name);
         if escaped.len() <= NAME_MAX {
             // Never clashes with a shortened name: those contain the marker, escapes never do.
@@ -60,7 +65,7 @@ impl Shortener {
         loop {
             let candidate = format!("{prefix}{MARKER}{:016x}", fnv1a(name.as_bytes(), salt));
             if self.taken.insert(candidate.clone()) {
-                return candidate;
+                return Cow::Owned(candidate);
             }
             salt += 1;
         }
@@ -129,7 +134,7 @@ mod tests {
         let mut seen = HashSet::new();
         for i in 0..3000 {
             let name = format!("{}{i}", "x".repeat(300));
-            let f = s.file_name(&name);
+            let f = s.file_name(&name).into_owned();
             assert!(f.len() <= NAME_MAX, "{}", f.len());
             assert!(f.contains(MARKER));
             assert!(f.starts_with("xxxx"));

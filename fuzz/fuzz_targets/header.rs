@@ -85,7 +85,7 @@ fuzz_target!(|data: &[u8]| {
     let mut names = HashSet::new();
     for t in &header.tensors {
         assert!(
-            names.insert(t.name.as_str()),
+            names.insert(&*t.name),
             "tensor `{}` listed twice",
             t.name
         );
@@ -130,7 +130,7 @@ fn check_against_reference(h: &format::Header, reference: &safetensors::tensor::
     );
     for t in &h.tensors {
         let info = theirs
-            .get(&t.name)
+            .get(&*t.name)
             .unwrap_or_else(|| panic!("tensor `{}` unknown to the crate", t.name));
         assert_eq!(info.dtype, t.dtype);
         assert_eq!(&info.shape[..], &t.shape[..]);

@@ -351,7 +351,7 @@ fn check_tensor(tree: &Tree, ino: u64, path: &Path, tensor: &format::Tensor, byt
         );
     }
     if tensor.name.len() <= 65536 {
-        assert_eq!(x("name"), tensor.name);
+        assert_eq!(x("name"), &*tensor.name);
     }
 }
 

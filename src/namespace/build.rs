@@ -4,6 +4,7 @@
 //! closed again: a mapping outlives its descriptor, so thousands of shards hold no descriptors.
 //! Headers and indexes are read with `pread` from that descriptor, never through the mapping.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fmt;
@@ -598,11 +599,7 @@ impl Builder {
                 }
                 None => return Err(format!("shard `{shard}` is not a .safetensors file")),
             };
-            let by_name = parsed
-                .tensors
-                .iter()
-                .map(|t| (t.name.as_str(), t))
-                .collect();
+            let by_name = parsed.tensors.iter().map(|t| (&*t.name, t)).collect();
             shards.insert(shard.as_str(), (f.source, by_name));
         }
         let mut entries = Vec::with_capacity(idx.weight_map.len());
@@ -643,8 +640,14 @@ impl Builder {
         let mut names = Shortener::default();
         let mut children = Vec::with_capacity(entries.len() + 1);
         for (tensor, src) in entries {
+            let name: Arc<[u8]> = match names.file_name(&tensor.name) {
+                Cow::Borrowed(same) if same == &*tensor.name => {
+                    Arc::<str>::clone(&tensor.name).into()
+                }
+                other => other.as_bytes().into(),
+            };
             let node = Node {
-                name: names.file_name(&tensor.name).into_bytes().into(),
+                name,
                 parent: dir,
                 attr: file_attr(&self.sources[src].meta, tensor.size()),
                 content: Content::Tensor {

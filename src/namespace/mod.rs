@@ -94,7 +94,8 @@ pub struct Attr {
 /// A file or directory of the tree.
 #[derive(Debug)]
 pub struct Node {
-    pub name: Box<[u8]>,
+    /// Shared with the tensor's name when the file name is the tensor name itself.
+    pub name: Arc<[u8]>,
     pub parent: Ino,
     pub attr: Attr,
     pub content: Content,
@@ -260,7 +261,7 @@ impl Tree {
                     "data_offsets" => format!("[{},{}]", tensor.begin, tensor.end),
                     "offset" => (src.data_start() + tensor.begin).to_string(),
                     "source" => return Some(src.path.as_os_str().as_bytes().to_vec()),
-                    "name" if tensor.name.len() <= XATTR_SIZE_MAX => tensor.name.clone(),
+                    "name" if tensor.name.len() <= XATTR_SIZE_MAX => tensor.name.to_string(),
                     _ => return None,
                 }
             }
