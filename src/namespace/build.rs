@@ -583,8 +583,8 @@ impl Builder {
         idx: &Index,
         files: &BTreeMap<Vec<u8>, DirFile>,
     ) -> Result<Vec<(Arc<Tensor>, usize)>, String> {
-        // Shard file name -> (source, its tensors by name).
-        let mut shards: HashMap<&str, (usize, HashMap<&str, &Arc<Tensor>>)> = HashMap::new();
+        // Every shard named is a valid safetensors file of this directory.
+        let mut shards: HashMap<&str, (usize, &Parsed)> = HashMap::new();
         for shard in idx.weight_map.values() {
             if shards.contains_key(shard.as_str()) {
                 continue;
@@ -599,25 +599,32 @@ impl Builder {
                 }
                 None => return Err(format!("shard `{shard}` is not a .safetensors file")),
             };
-            let by_name = parsed.tensors.iter().map(|t| (&*t.name, t)).collect();
-            shards.insert(shard.as_str(), (f.source, by_name));
+            shards.insert(shard.as_str(), (f.source, parsed));
         }
+        // Every tensor of a shard is listed for that shard...
         let mut entries = Vec::with_capacity(idx.weight_map.len());
-        for (tensor, shard) in &idx.weight_map {
-            let (src, by_name) = &shards[shard.as_str()];
-            let Some(t) = by_name.get(tensor.as_str()) else {
-                return Err(format!("tensor `{tensor}` is not in its shard `{shard}`"));
-            };
-            entries.push(((*t).clone(), *src));
+        for (shard, (src, parsed)) in &shards {
+            for t in &parsed.tensors {
+                if idx.weight_map.get(&*t.name).map(String::as_str) != Some(*shard) {
+                    return Err(format!(
+                        "tensor `{}` of shard `{shard}` is missing from the weight_map",
+                        t.name
+                    ));
+                }
+                entries.push((t.clone(), *src));
+            }
         }
-        for (shard, (_, by_name)) in &shards {
-            if let Some(name) = by_name
-                .keys()
-                .find(|name| idx.weight_map.get(**name).map(String::as_str) != Some(*shard))
+        // ... and, names being unique on both sides, every listed tensor was found iff the counts
+        // agree. Otherwise name one that was not.
+        if entries.len() != idx.weight_map.len() {
+            let found: std::collections::HashSet<&str> =
+                entries.iter().map(|(t, _)| &*t.name).collect();
+            if let Some((tensor, shard)) = idx
+                .weight_map
+                .iter()
+                .find(|(t, _)| !found.contains(t.as_str()))
             {
-                return Err(format!(
-                    "tensor `{name}` of shard `{shard}` is missing from the weight_map"
-                ));
+                return Err(format!("tensor `{tensor}` is not in its shard `{shard}`"));
             }
         }
         Ok(entries)
