@@ -1,0 +1,191 @@
+//! The example loaders in `examples/loaders/` (C++, Java, Node.js, numpy, shell, and the CPU path of
+//! the GPU loader) run against the mounted example model, and each line they print is compared with
+//! one computed by the official Python safetensors reader from the source files, never the mount.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One tensor of each dtype the loaders handle, scalar F64 and 64-bit I64 values included.
+const TENSORS: &[&str] = &[
+    "model.embed_tokens.weight",               // BF16 [256,64]
+    "model.layers.0.self_attn.k_proj.weight",  // F16 [32,64]
+    "model.norm.weight",                       // F32 [64]
+    "model.layers.0.mlp.up_proj.weight_scale", // F64 []
+    "model.layers.1.self_attn.q_proj.zeros",   // I64 [4]
+    "model.mask",                              // BOOL [8]
+    "model.layers.1.self_attn.q_proj.qweight", // U8 [64,32]
+    "model.rotary.inv_freq_i32",               // I32 [16]
+];
+
+/// Reads the tensors from the shards named by the index with `safetensors.safe_open` (raw bytes
+/// from the header's offsets for BF16, which numpy lacks) and prints, tab-separated, the loaders'
+/// line and the shell loader's line for each.
+const ORACLE: &str = r#"
+import json, os, struct, sys
+from decimal import Decimal
+import numpy as np
+from safetensors import safe_open
+
+model, names = sys.argv[1], sys.argv[2:]
+weight_map = json.load(open(os.path.join(model, "model.safetensors.index.json")))["weight_map"]
+DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
+          "uint8": "U8", "bool": "BOOL"}
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+def text(v):
+    if isinstance(v, (float, np.floating)):
+        return format(Decimal(float(v) + 0.0), "f")
+    return str(int(v))
+
+for name in names:
+    shard = os.path.join(model, weight_map[name])
+    with safe_open(shard, framework="numpy") as f:
+        assert name in f.keys()
+        try:
+            a = f.get_tensor(name)
+        except Exception:
+            a = None
+    if a is None:
+        with open(shard, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            info = json.loads(fh.read(n))[name]
+            assert info["dtype"] == "BF16", info
+            begin, end = info["data_offsets"]
+            fh.seek(8 + n + begin)
+            raw = fh.read(end - begin)
+        dtype, shape = "BF16", info["shape"]
+        words = np.frombuffer(raw, "<u2")[:4].astype(np.uint32) << 16
+        first = [text(v) for v in words.view(np.float32)]
+    else:
+        dtype, shape = DTYPES[a.dtype.name], list(a.shape)
+        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        first = [text(v) for v in a.reshape(-1)[:4]]
+    head = f"{name} {dtype} {json.dumps(shape, separators=(',', ':'))} fnv1a64={fnv1a64(raw)}"
+    print(f"{head} first={','.join(first)}\t{head} head={raw[:8].hex()}")
+"#;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// Whether `tool` runs here; a missing one skips the test, except in CI, where it fails.
+fn have(tool: &str, version_arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(version_arg)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(!in_ci(), "CI is set but {tool} is missing");
+        eprintln!("skipped: {tool} is missing");
+    }
+    ok
+}
+
+/// The oracle's lines: (loaders' format, shell loader's format).
+fn expected(py: &Path) -> (String, String) {
+    let out = Command::new(py)
+        .arg("-c")
+        .arg(ORACLE)
+        .arg(root().join("examples/tiny-model"))
+        .args(TENSORS)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "oracle failed: {}", stderr(&out));
+    let (mut common, mut shell) = (String::new(), String::new());
+    for line in stdout(&out).lines() {
+        let (c, s) = line.split_once('\t').unwrap();
+        common += &format!("{c}\n");
+        shell += &format!("{s}\n");
+    }
+    assert_eq!(common.lines().count(), TENSORS.len());
+    (common, shell)
+}
+
+/// Mounts the example model, runs `program ARGS... MNT/model.tensors TENSORS...` and compares its
+/// output with the oracle's (the shell loader's format if `shell`).
+fn check(program: impl AsRef<std::ffi::OsStr>, args: &[&str], shell: bool) {
+    if !require_fuse() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let (common, shell_lines) = expected(&py);
+    let m = Mounted::new(&root().join("examples/tiny-model"), "");
+    let out = Command::new(program)
+        .args(args)
+        .arg(m.path("model.tensors"))
+        .args(TENSORS)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} failed: {}", stderr(&out));
+    let want = if shell { shell_lines } else { common };
+    assert_eq!(stdout(&out), want, "{args:?} (stderr: {})", stderr(&out));
+}
+
+fn loader(file: &str) -> String {
+    format!("examples/loaders/{file}")
+}
+
+#[test]
+fn cpp_loader() {
+    if !have("g++", "--version") {
+        return;
+    }
+    let tmp = TempDir::new("cpp-loader");
+    let exe: PathBuf = tmp.join("loader");
+    let out = Command::new("g++")
+        .args(["-O2", "-std=c++17", "-Wall", "-Wextra", "-o"])
+        .arg(&exe)
+        .arg(root().join(loader("loader.cpp")))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "g++ failed: {}", stderr(&out));
+    check(&exe, &[], false);
+}
+
+#[test]
+fn java_loader() {
+    if have("java", "-version") {
+        check("java", &[&loader("Loader.java")], false);
+    }
+}
+
+#[test]
+fn node_loader() {
+    if have("node", "--version") {
+        check("node", &[&loader("loader.js")], false);
+    }
+}
+
+#[test]
+fn numpy_loader() {
+    if let Some(py) = python() {
+        check(py, &[&loader("loader.py")], false);
+    }
+}
+
+#[test]
+fn gpu_loader_cpu_path() {
+    if let Some(py) = python() {
+        check(py, &[&loader("gpu_loader.py"), "--cpu"], false);
+    }
+}
+
+#[test]
+fn shell_loader() {
+    if have("bash", "--version") {
+        check("bash", &[&loader("loader.sh")], true);
+    }
+}
