@@ -230,19 +230,6 @@ fn u8t(name: &str, n: usize, seed: u64) -> T<'static> {
     }
 }
 
-/// The file name the README gives a tensor name, before shortening.
-fn escaped(name: &str) -> String {
-    match name {
-        "" => "%".into(),
-        "." => "%2E".into(),
-        ".." => "%2E%2E".into(),
-        _ => name
-            .replace('%', "%25")
-            .replace('/', "%2F")
-            .replace('\0', "%00"),
-    }
-}
-
 fn set_mode(p: &Path, mode: u32) {
     fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
 }

@@ -168,27 +168,6 @@ fn field(status: &[(String, u64)], name: &str) -> u64 {
         .1
 }
 
-/// A small xorshift generator for the readers' choices.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform-ish in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // 1. A source truncated and rewritten in place under live readers
 // ---------------------------------------------------------------------------------------------

@@ -17,26 +17,6 @@ const SHARDS: usize = 4;
 const SHARD_DATA: usize = 16 << 20;
 const READERS: usize = 16;
 
-/// A small xorshift generator.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// One tensor of the model: name, dtype, shape and bytes.
 struct Tensor {
     name: String,

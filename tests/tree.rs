@@ -174,19 +174,6 @@ fn u8t(name: &str, n: usize, seed: u64) -> T<'static> {
     }
 }
 
-/// The file name the spec gives a (short) tensor name.
-fn escaped(name: &str) -> String {
-    match name {
-        "" => "%".into(),
-        "." => "%2E".into(),
-        ".." => "%2E%2E".into(),
-        _ => name
-            .replace('%', "%25")
-            .replace('/', "%2F")
-            .replace('\0', "%00"),
-    }
-}
-
 fn canonical(p: &Path) -> String {
     fs::canonicalize(p)
         .unwrap()

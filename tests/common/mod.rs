@@ -253,3 +253,38 @@ pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The file name the README gives a tensor name, before shortening: an independent statement of
+/// the encoding (not the daemon's code).
+pub fn escaped(name: &str) -> String {
+    match name {
+        "" => "%".into(),
+        "." => "%2E".into(),
+        ".." => "%2E%2E".into(),
+        _ => name
+            .replace('%', "%25")
+            .replace('/', "%2F")
+            .replace('\0', "%00"),
+    }
+}
+
+/// A small xorshift generator for readers' choices.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform-ish in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
