@@ -1,8 +1,9 @@
 //! The command line: arguments and `-o` mount options.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 #[derive(Debug, Parser)]
@@ -15,9 +16,34 @@ use clap::Parser;
                   are accepted and ignored (the mount is always read-only)."
 )]
 pub struct Args {
-    /// Stay in the foreground; SIGINT or SIGTERM unmounts and exits.
+    /// Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as
+    /// `mount.tensormount`, `-f` is mount(8)'s "fake": exit 0 without mounting.
     #[arg(short = 'f', long)]
     pub foreground: bool,
+
+    /// Append log records to PATH instead of stderr (or syslog, in the background).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+
+    /// mount(8) helper flag (no mtab): ignored.
+    #[arg(short = 'n', action = ArgAction::Count, hide = true)]
+    pub no_mtab: u8,
+
+    /// mount(8) helper flag (sloppy): ignored.
+    #[arg(short = 's', action = ArgAction::Count, hide = true)]
+    pub sloppy: u8,
+
+    /// mount(8) helper flag (verbose): ignored.
+    #[arg(short = 'v', action = ArgAction::Count, hide = true)]
+    pub verbose: u8,
+
+    /// mount(8) helper option (mount namespace): accepted and ignored.
+    #[arg(short = 'N', value_name = "NS", hide = true)]
+    pub namespace: Option<String>,
+
+    /// mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`.
+    #[arg(short = 't', value_name = "TYPE", hide = true)]
+    pub fstype: Option<String>,
 
     /// Mount options, comma-separated (`\,` for a literal comma); may be repeated.
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
@@ -37,6 +63,27 @@ pub struct Args {
     /// An existing directory to mount on (not needed with --list).
     #[arg(required_unless_present = "list")]
     pub mountpoint: Option<PathBuf>,
+}
+
+impl Args {
+    /// Checks what clap cannot: a `-t` type must name this filesystem.
+    pub fn check(&self) -> Result<(), String> {
+        match self.fstype.as_deref() {
+            None | Some("tensormount" | "fuse.tensormount") => Ok(()),
+            Some(t) => Err(format!(
+                "-t {t}: not a tensormount type (expected fuse.tensormount or tensormount)"
+            )),
+        }
+    }
+}
+
+/// Whether the program was invoked as a mount(8) helper (`mount.tensormount`, or
+/// `mount.fuse.tensormount`), from `argv[0]`: then `-f` means "fake" and it never stays in the
+/// foreground.
+pub fn invoked_as_helper(argv0: &OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "mount.tensormount" || n == "mount.fuse.tensormount")
 }
 
 /// The `-o` options tensormount acts on.
@@ -133,6 +180,32 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<MountOptions, String> {
         MountOptions::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn helper_flags_and_type() {
+        let a = Args::try_parse_from([
+            "tensormount",
+            "SRC",
+            "MNT",
+            "-n",
+            "-s",
+            "-v",
+            "-v",
+            "-o",
+            "ro",
+            "-N",
+            "/proc/self/ns/mnt",
+            "-t",
+            "fuse.tensormount",
+        ])
+        .unwrap();
+        assert!(a.check().is_ok() && !a.foreground);
+        let a = Args::try_parse_from(["tensormount", "SRC", "MNT", "-t", "ext4"]).unwrap();
+        assert!(a.check().unwrap_err().contains("ext4"));
+        assert!(invoked_as_helper(OsStr::new("/sbin/mount.tensormount")));
+        assert!(invoked_as_helper(OsStr::new("mount.fuse.tensormount")));
+        assert!(!invoked_as_helper(OsStr::new("/usr/local/bin/tensormount")));
     }
 
     #[test]

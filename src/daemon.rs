@@ -7,6 +7,10 @@
 //! mount(2) and the whole FUSE INIT handshake), and only then tells the parent, which exits 0. A
 //! signal that arrives meanwhile stays pending and is handled by the signal thread once the mount
 //! exists, so it never leaves a stale mount.
+//!
+//! Under systemd (`$NOTIFY_SOCKET` set), `READY=1` is sent once `Session::new` has returned, in the
+//! foreground process or the background child (with `MAINPID=`), and `STOPPING=1` when a
+//! termination signal starts the shutdown. A background daemon without `--log-file` logs to syslog.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -20,6 +24,7 @@ use log::{error, info};
 
 use crate::cli::MountOptions;
 use crate::fs::TensorFs;
+use crate::{logging, notify};
 
 /// A reason the mount cannot happen, already worded for the user.
 pub type Error = String;
@@ -151,6 +156,7 @@ pub fn fuse_config(opts: &MountOptions, fsname: String, threads: usize) -> Confi
 pub fn run_foreground(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), Error> {
     block_termination_signals();
     let session = mount(fs, mnt, config)?;
+    notify::notify("READY=1");
     serve(session, mnt)
 }
 
@@ -197,6 +203,7 @@ fn daemon_child(fs: TensorFs, mnt: &Path, config: &Config, mut ready: File) -> R
     // Release the caller's terminal and pipes before mounting: fuser may start a long-lived
     // fusermount3 helper (auto_unmount), which inherits our stdio.
     redirect_stdio().map_err(|e| format!("cannot redirect stdio to /dev/null: {e}"))?;
+    logging::detached();
     let session = match mount(fs, mnt, config) {
         Ok(s) => s,
         Err(e) => {
@@ -204,6 +211,8 @@ fn daemon_child(fs: TensorFs, mnt: &Path, config: &Config, mut ready: File) -> R
             return Err(e);
         }
     };
+    // Before the parent returns, so that whoever ran it finds the notification already queued.
+    notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let _ = ready.write_all(b"ready");
     drop(ready);
     serve(session, mnt)
@@ -237,6 +246,7 @@ fn serve(session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
             loop {
                 let sig = wait_termination_signal();
                 info!("signal {sig}: unmounting {}", target.display());
+                notify::notify("STOPPING=1");
                 unmount(&target);
             }
         })

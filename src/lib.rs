@@ -7,7 +7,8 @@
 //! - [`namespace`]: the immutable tree built once at mount;
 //! - [`fs`]: the thin fuser adapter over that tree;
 //! - [`listing`]: `--list` output;
-//! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals.
+//! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals;
+//! - [`logging`] and [`notify`]: where log records go, and systemd's readiness protocol.
 
 // No panic may reach the FUSE loop: errors are values, mapped to errnos at the adapter.
 #![cfg_attr(
@@ -21,5 +22,7 @@ pub mod format;
 pub mod fs;
 pub mod index;
 pub mod listing;
+pub mod logging;
 pub mod names;
 pub mod namespace;
+pub mod notify;

@@ -5,14 +5,17 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use tensormount::cli::{Args, MountOptions};
+use tensormount::cli::{self, Args, MountOptions};
 use tensormount::fs::{TensorFs, Tuning};
 use tensormount::namespace::{Options, Tree};
-use tensormount::{daemon, listing};
+use tensormount::{daemon, listing, logging};
 
 fn main() -> ExitCode {
-    init_logging();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    let helper = std::env::args_os()
+        .next()
+        .is_some_and(|a| cli::invoked_as_helper(&a));
+    match logging::init(args.log_file.as_deref()).and_then(|()| run(args, helper)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tensormount: {e}");
@@ -21,8 +24,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// `helper`: invoked as `mount.tensormount` by mount(8), where `-f` means "fake" (validate the
+/// options, mount nothing) and the daemon always goes to the background.
+fn run(args: Args, helper: bool) -> Result<(), String> {
+    args.check()?;
     let opts = MountOptions::parse(&args.options)?;
+    if helper && args.foreground {
+        return Ok(());
+    }
     let build = Options {
         strict: opts.strict,
     };
@@ -52,27 +61,9 @@ fn run(args: Args) -> Result<(), String> {
     let tuning = Tuning::from_env();
     let config = daemon::fuse_config(&opts, fsname, tuning.threads);
     let fs = TensorFs::new(tree, tuning);
-    if args.foreground {
+    if args.foreground && !helper {
         daemon::run_foreground(fs, &mnt, &config)
     } else {
         daemon::run_background(fs, &mnt, &config)
     }
-}
-
-/// Warnings reach the terminal by default; `RUST_LOG` overrides the filter. fuser's own warning
-/// about unmounting an already unmounted filesystem on exit is noise, so its session module logs
-/// errors only.
-fn init_logging() {
-    let env = env_logger::Env::default().default_filter_or("warn,fuser::session=error");
-    env_logger::Builder::from_env(env)
-        .format(|buf, record| match record.level() {
-            log::Level::Warn => writeln!(buf, "tensormount: {}", record.args()),
-            level => writeln!(
-                buf,
-                "tensormount: {}: {}",
-                level.as_str().to_lowercase(),
-                record.args()
-            ),
-        })
-        .init();
 }

@@ -1,0 +1,133 @@
+//! Where log records go: stderr (the default), a file (`--log-file`, appended), or syslog
+//! (`/dev/log`, RFC 3164 `<PRI>tensormount[PID]: message`, facility daemon) for a background daemon
+//! without a log file. The `RUST_LOG` filter comes from env_logger.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::sync::Mutex;
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+
+enum Sink {
+    Stderr,
+    File(File),
+    /// Connected lazily (and again after a failure): syslogd may start after the daemon.
+    Syslog(Option<UnixDatagram>),
+}
+
+static SINK: Mutex<Sink> = Mutex::new(Sink::Stderr);
+
+struct Logger {
+    filter: env_logger::Logger,
+}
+
+impl Log for Logger {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.filter.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        if !self.filter.matches(record) {
+            return;
+        }
+        let Ok(mut sink) = SINK.lock() else {
+            return;
+        };
+        let text = match record.level() {
+            Level::Warn => format!("{}", record.args()),
+            level => format!("{}: {}", level.as_str().to_lowercase(), record.args()),
+        };
+        match &mut *sink {
+            Sink::Stderr => {
+                let _ = writeln!(io::stderr().lock(), "tensormount: {text}");
+            }
+            Sink::File(f) => {
+                // One write per record, so that concurrent appenders never interleave within a line.
+                let _ = f.write_all(format!("tensormount: {text}\n").as_bytes());
+            }
+            Sink::Syslog(sock) => syslog(sock, record.level(), &text),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// An RFC 3164 line as local syslog daemons take it: `<PRI>tensormount[PID]: text`, facility daemon.
+fn syslog_line(level: Level, pid: u32, text: &str) -> String {
+    const LOG_DAEMON: u8 = 3 << 3;
+    let severity = match level {
+        Level::Error => 3,
+        Level::Warn => 4,
+        Level::Info => 6,
+        Level::Debug | Level::Trace => 7,
+    };
+    format!("<{}>tensormount[{pid}]: {text}", LOG_DAEMON | severity)
+}
+
+fn syslog(sock: &mut Option<UnixDatagram>, level: Level, text: &str) {
+    let line = syslog_line(level, std::process::id(), text);
+    if sock.is_none() {
+        *sock = UnixDatagram::unbound()
+            .and_then(|s| s.connect("/dev/log").map(|()| s))
+            .ok();
+    }
+    if let Some(s) = sock
+        && s.send(line.as_bytes()).is_err()
+    {
+        *sock = None;
+    }
+}
+
+/// Installs the logger: warnings by default, `RUST_LOG` overrides the filter. fuser's own warning
+/// about unmounting an already unmounted filesystem on exit is noise, so its session module logs
+/// errors only. With `log_file`, records are appended there from now on instead of stderr.
+pub fn init(log_file: Option<&Path>) -> Result<(), String> {
+    if let Some(path) = log_file {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("{}: cannot open the log file: {e}", path.display()))?;
+        set_sink(Sink::File(file));
+    }
+    let env = env_logger::Env::default().default_filter_or("warn,fuser::session=error");
+    let filter = env_logger::Builder::from_env(env).build();
+    let max: LevelFilter = filter.filter();
+    if log::set_boxed_logger(Box::new(Logger { filter })).is_ok() {
+        log::set_max_level(max);
+    }
+    Ok(())
+}
+
+/// In a background daemon: records that would go to stderr (now /dev/null) go to syslog instead.
+/// A log file stays the log file.
+pub fn detached() {
+    if let Ok(mut sink) = SINK.lock()
+        && matches!(*sink, Sink::Stderr)
+    {
+        *sink = Sink::Syslog(None);
+    }
+}
+
+fn set_sink(new: Sink) {
+    if let Ok(mut sink) = SINK.lock() {
+        *sink = new;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syslog_lines() {
+        assert_eq!(
+            syslog_line(Level::Warn, 42, "x: changed"),
+            "<28>tensormount[42]: x: changed"
+        );
+        assert_eq!(syslog_line(Level::Error, 7, "e"), "<27>tensormount[7]: e");
+        assert_eq!(syslog_line(Level::Debug, 7, "d"), "<31>tensormount[7]: d");
+    }
+}
