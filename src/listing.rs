@@ -1,6 +1,8 @@
 //! `tensormount --list`: one row per tensor, as a table or as JSON.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
 
 use serde_json::json;
 
@@ -8,10 +10,10 @@ use crate::namespace::Listed;
 
 /// An aligned table: path, dtype, shape, bytes, source, offset.
 pub fn table(rows: &[Listed<'_>]) -> String {
-    let cells: Vec<[String; 6]> = rows
+    let cells = rows
         .iter()
         .map(|r| {
-            [
+            vec![
                 printable(&r.path),
                 r.tensor.dtype_name(),
                 r.tensor.shape_json(),
@@ -21,24 +23,94 @@ pub fn table(rows: &[Listed<'_>]) -> String {
             ]
         })
         .collect();
-    let header = ["PATH", "DTYPE", "SHAPE", "BYTES", "SOURCE", "OFFSET"].map(String::from);
-    let mut widths = [0; 6];
-    for row in std::iter::once(&header).chain(&cells) {
+    let header = ["PATH", "DTYPE", "SHAPE", "BYTES", "SOURCE", "OFFSET"];
+    aligned(&header, cells, &[3, 5])
+}
+
+/// What a person wants to know first: per source file and in total, the tensor count, parameter
+/// count and bytes; bytes by dtype; the biggest tensors. A tensor shown in several directories
+/// (a shard's and the merged one) counts once.
+pub fn summary(rows: &[Listed<'_>]) -> String {
+    let mut unique: BTreeMap<(&Path, u64), &Listed<'_>> = BTreeMap::new();
+    for r in rows {
+        unique.entry((r.source, r.offset)).or_insert(r);
+    }
+    let params = |r: &Listed<'_>| r.tensor.shape.iter().map(|&d| d as u128).product::<u128>();
+
+    let mut files: BTreeMap<&Path, (u64, u128, u64)> = BTreeMap::new();
+    let mut dtypes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut total = (0u64, 0u128, 0u64);
+    for r in unique.values() {
+        for acc in [files.entry(r.source).or_default(), &mut total] {
+            acc.0 += 1;
+            acc.1 += params(r);
+            acc.2 += r.tensor.size();
+        }
+        let d = dtypes.entry(r.tensor.dtype_name()).or_default();
+        d.0 += 1;
+        d.1 += r.tensor.size();
+    }
+    let count_row = |name: String, (n, p, b): (u64, u128, u64)| {
+        vec![name, n.to_string(), p.to_string(), b.to_string()]
+    };
+    let mut per_file: Vec<Vec<String>> = files
+        .iter()
+        .map(|(f, acc)| count_row(printable(&f.to_string_lossy()), *acc))
+        .collect();
+    per_file.push(count_row("TOTAL".into(), total));
+    let by_dtype = dtypes
+        .into_iter()
+        .map(|(d, (n, b))| vec![d, n.to_string(), b.to_string()])
+        .collect();
+    let mut biggest: Vec<&Listed<'_>> = unique.into_values().collect();
+    biggest.sort_by(|a, b| {
+        b.tensor
+            .size()
+            .cmp(&a.tensor.size())
+            .then(a.path.cmp(&b.path))
+    });
+    let biggest = biggest
+        .iter()
+        .take(5)
+        .map(|r| {
+            vec![
+                r.tensor.size().to_string(),
+                r.tensor.dtype_name(),
+                r.tensor.shape_json(),
+                printable(&r.tensor.name),
+            ]
+        })
+        .collect();
+    [
+        aligned(
+            &["FILE", "TENSORS", "PARAMETERS", "BYTES"],
+            per_file,
+            &[1, 2, 3],
+        ),
+        aligned(&["DTYPE", "TENSORS", "BYTES"], by_dtype, &[1, 2]),
+        aligned(&["BIGGEST", "DTYPE", "SHAPE", "TENSOR"], biggest, &[0]),
+    ]
+    .join("\n")
+}
+
+/// Columns padded to their widest cell; the columns in `right` (numbers) right-aligned.
+fn aligned(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut widths = vec![0; header.len()];
+    for row in std::iter::once(&header).chain(&rows) {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
-    for row in std::iter::once(&header).chain(&cells) {
+    for row in std::iter::once(&header).chain(&rows) {
         let mut line = String::new();
-        for (i, (c, w)) in row.iter().zip(widths).enumerate() {
-            // Numbers right-aligned, text left-aligned, no padding after the last column.
-            match i {
-                3 => write!(line, "{c:>w$}  "),
-                5 => write!(line, "{c:>w$}"),
-                _ => write!(line, "{c:<w$}  "),
+        for (i, (c, &w)) in row.iter().zip(&widths).enumerate() {
+            if right.contains(&i) {
+                write!(line, "{c:>w$}  ").ok();
+            } else {
+                write!(line, "{c:<w$}  ").ok();
             }
-            .ok();
         }
         out.push_str(line.trim_end());
         out.push('\n');

@@ -41,7 +41,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         let out = if args.json {
             listing::json(&rows)
         } else {
-            listing::table(&rows)
+            format!("{}\n{}", listing::table(&rows), listing::summary(&rows))
         };
         return std::io::stdout()
             .write_all(out.as_bytes())

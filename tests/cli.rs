@@ -792,7 +792,8 @@ fn list_table_rows_match_fixture() {
     assert!(!mounts.contains(s(tmp.path())), "--list mounted something");
 
     let text = stdout(&out);
-    let lines: Vec<&str> = text.lines().collect();
+    // The per-tensor table ends at the first blank line; the summary follows.
+    let lines: Vec<&str> = text.lines().take_while(|l| !l.is_empty()).collect();
     assert_eq!(lines.len(), 1 + fx.tensors.len(), "{text}");
     let header = lines[0].to_lowercase();
     for col in ["path", "dtype", "shape", "offset"] {
@@ -901,7 +902,8 @@ fn list_directory_with_invalid_file_warns_or_fails_when_strict() {
         show(&out)
     );
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 1 + 4, "{text}");
+    let table = text.lines().take_while(|l| !l.is_empty()).count();
+    assert_eq!(table, 1 + 4, "{text}");
     assert!(text.contains("good.tensors/alpha"), "{text}");
 
     let out = run(&["--list", "-o", "strict", s(&dir)]);
@@ -1082,4 +1084,89 @@ fn sigkill_without_auto_unmount_leaves_stale_mount_that_is_reported() {
     assert_no_daemon_within(&mnt, Duration::from_secs(3));
     assert!(is_mounted(&mnt), "the mount should stay behind");
     assert_stale_reported(&mnt);
+}
+
+#[test]
+fn list_summary_counts_each_tensor_once_per_file_and_in_total() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model");
+    let out = run(&["--list", s(&example)]);
+    assert!(out.status.success(), "{}", show(&out));
+    let text = stdout(&out);
+    let summary = text
+        .split("\n\n")
+        .nth(1)
+        .expect("a summary after the table");
+
+    // Expected figures from the shard headers, parsed here.
+    let mut total = (0u64, 0u64, 0u64);
+    let mut by_dtype: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for shard in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ] {
+        let path = fs::canonicalize(example.join(shard)).unwrap();
+        let raw = fs::read(&path).unwrap();
+        let n = u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&raw[8..8 + n]).unwrap();
+        let mut file = (0u64, 0u64, 0u64);
+        for (name, t) in &header {
+            if name == "__metadata__" {
+                continue;
+            }
+            let o = &t["data_offsets"];
+            let bytes = o[1].as_u64().unwrap() - o[0].as_u64().unwrap();
+            let params: u64 = t["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .product();
+            file = (file.0 + 1, file.1 + params, file.2 + bytes);
+            let d = by_dtype
+                .entry(t["dtype"].as_str().unwrap().to_string())
+                .or_default();
+            *d = (d.0 + 1, d.1 + bytes);
+        }
+        let row = format!("{} {} {} {}", path.display(), file.0, file.1, file.2);
+        assert!(
+            summary
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == row),
+            "no row `{row}` in:\n{summary}"
+        );
+        total = (total.0 + file.0, total.1 + file.1, total.2 + file.2);
+    }
+    let total_row = format!("TOTAL {} {} {}", total.0, total.1, total.2);
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == total_row),
+        "{summary}"
+    );
+    // The index's total_size agrees (tensors counted once although shown twice in the mount).
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(example.join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    assert_eq!(index["metadata"]["total_size"].as_u64(), Some(total.2));
+    let dtypes = text.split("\n\n").nth(2).expect("bytes by dtype");
+    for (dtype, (count, bytes)) in by_dtype {
+        let row = format!("{dtype} {count} {bytes}");
+        assert!(
+            dtypes
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == row),
+            "no `{row}` in:\n{dtypes}"
+        );
+    }
+    let biggest = text.split("\n\n").nth(3).expect("biggest tensors");
+    assert!(
+        biggest
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim_start()
+            .starts_with("32768 "),
+        "{biggest}"
+    );
 }
