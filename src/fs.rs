@@ -77,9 +77,10 @@ impl Tuning {
 pub struct TensorFs {
     tree: Tree,
     tuning: Tuning,
-    /// Passthrough backing files, one per mirrored inode, kept for the life of the mount (the
-    /// kernel wants the same one for every open of an inode).
-    backing: Mutex<HashMap<Ino, BackingId>>,
+    /// The mode of each mirrored file opened so far: its passthrough backing file (kept for the
+    /// life of the mount; the kernel wants the same one for every open), or `None` for the page
+    /// cache, served by the daemon.
+    backing: Mutex<HashMap<Ino, Option<BackingId>>>,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
     passthrough_ok: AtomicBool,
 }
@@ -106,36 +107,53 @@ impl TensorFs {
         Some(file_attr(ino, &self.tree.node(ino)?.attr))
     }
 
-    /// Opens a mirrored file in passthrough mode if possible; gives the reply back otherwise.
-    fn open_passthrough(&self, ino: Ino, reply: ReplyOpen) -> Option<ReplyOpen> {
-        if !self.passthrough_ok.load(Ordering::Relaxed) {
-            return Some(reply);
+    /// Opens a file. The kernel wants every open of one inode in the same mode, passthrough or
+    /// page cache (mixing them fails the open with EIO), so the first open of each mirrored file
+    /// decides its mode for the life of the mount.
+    fn open_file(&self, ino: Ino, reply: ReplyOpen) {
+        let flags = self.open_flags(false);
+        if self.tree.mirror_file(ino).is_none() {
+            return reply.opened(FileHandle(0), flags);
         }
-        let Some(file) = self.tree.passthrough_file(ino) else {
-            return Some(reply);
-        };
         let Ok(mut backing) = self.backing.lock() else {
-            return Some(reply);
+            return reply.error(Errno::EIO);
         };
-        let id = match backing.entry(ino) {
+        let mode = match backing.entry(ino) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => match reply.open_backing(file) {
-                Ok(id) => e.insert(id),
-                Err(err) => {
-                    // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
-                    // source on a stacked filesystem: serve through the daemon instead.
-                    debug!("passthrough refused for inode {ino}: {err}");
-                    let hopeless = [libc::EPERM, libc::ENOTTY, libc::EOPNOTSUPP];
-                    if err.raw_os_error().is_some_and(|c| hopeless.contains(&c)) {
-                        self.passthrough_ok.store(false, Ordering::Relaxed);
-                    }
-                    return Some(reply);
-                }
-            },
+            Entry::Vacant(e) => e.insert(self.open_backing(ino, &reply)),
         };
-        // The kernel refuses passthrough combined with caching flags (the page cache is the source's).
-        reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id);
-        None
+        match mode {
+            // The kernel refuses passthrough combined with caching flags (the page cache is the
+            // source's).
+            Some(id) if self.tree.mirror_intact(ino) => {
+                reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id)
+            }
+            // Passthrough reads never reach the daemon, so a source changed since the mount can
+            // only be refused here.
+            Some(_) => reply.error(Errno::EIO),
+            None => reply.opened(FileHandle(0), flags),
+        }
+    }
+
+    /// A passthrough backing file for a mirrored file, if the kernel and privileges allow it and
+    /// the source is unchanged.
+    fn open_backing(&self, ino: Ino, reply: &ReplyOpen) -> Option<BackingId> {
+        if !self.passthrough_ok.load(Ordering::Relaxed) || !self.tree.mirror_intact(ino) {
+            return None;
+        }
+        match reply.open_backing(self.tree.mirror_file(ino)?) {
+            Ok(id) => Some(id),
+            Err(err) => {
+                // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
+                // source on a stacked filesystem: the daemon serves the file instead.
+                debug!("passthrough refused for inode {ino}: {err}");
+                let hopeless = [libc::EPERM, libc::ENOTTY, libc::EOPNOTSUPP];
+                if err.raw_os_error().is_some_and(|c| hopeless.contains(&c)) {
+                    self.passthrough_ok.store(false, Ordering::Relaxed);
+                }
+                None
+            }
+        }
     }
 }
 
@@ -218,12 +236,8 @@ impl Filesystem for TensorFs {
             return reply.error(Errno::EROFS);
         }
         match self.tree.node(ino.0).map(|n| n.attr.kind) {
-            Some(Kind::File) => {
-                // The bytes never change: keep the kernel's page cache across opens.
-                if let Some(reply) = self.open_passthrough(ino.0, reply) {
-                    reply.opened(FileHandle(0), self.open_flags(false));
-                }
-            }
+            // The bytes never change: the kernel's page cache is kept across opens.
+            Some(Kind::File) => self.open_file(ino.0, reply),
             Some(Kind::Dir) => reply.error(Errno::EISDIR),
             None => reply.error(Errno::ENOENT),
         }

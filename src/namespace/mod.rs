@@ -165,16 +165,22 @@ impl Tree {
         self.nodes.get(index)
     }
 
-    /// The open source file behind a mirrored file, for kernel passthrough: only if a descriptor
-    /// was kept and the file is unchanged since the mount (a changed one is served by the daemon,
-    /// which fails its reads with EIO).
-    pub fn passthrough_file(&self, ino: Ino) -> Option<&File> {
+    /// The open source file behind a mirrored file (for kernel passthrough), if one was kept.
+    pub fn mirror_file(&self, ino: Ino) -> Option<&File> {
         match &self.node(ino)?.content {
-            Content::Mirror { source, .. } => {
-                let src = &self.sources[*source];
-                src.intact(src.len).then_some(src.file.as_ref()).flatten()
-            }
+            Content::Mirror { source, .. } => self.sources[*source].file.as_ref(),
             _ => None,
+        }
+    }
+
+    /// Whether a mirrored file's source still holds what it held at mount time (true for others).
+    pub fn mirror_intact(&self, ino: Ino) -> bool {
+        match self.node(ino).map(|n| &n.content) {
+            Some(Content::Mirror { source, .. }) => {
+                let src = &self.sources[*source];
+                src.intact(src.len)
+            }
+            _ => true,
         }
     }
 
