@@ -7,8 +7,7 @@ use common::*;
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -104,49 +103,6 @@ fn sample(pid: u32, peaks: &Peaks) {
     peaks.samples.fetch_add(1, Ordering::SeqCst);
 }
 
-/// The foreground daemon; on drop (if still running) lazily unmounted and killed.
-struct Daemon {
-    child: Child,
-    mnt: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn spawn(src: &Path, mnt: &Path, log: &Path) -> Daemon {
-    let child = Command::new(bin())
-        .arg("-f")
-        .arg(src)
-        .arg(mnt)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon {
-        child,
-        mnt: mnt.to_path_buf(),
-    };
-    wait_for("the mount", || {
-        if let Some(st) = d.child.try_wait().unwrap() {
-            panic!(
-                "daemon exited ({st}) before mounting: {}",
-                fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        is_mounted(mnt)
-    });
-    d
-}
-
 #[test]
 fn random_reads_from_16_readers_are_all_correct() {
     if !require_fuse() {
@@ -196,8 +152,8 @@ fn random_reads_from_16_readers_are_all_correct() {
     let mnt = tmp.join("mnt");
     fs::create_dir(&mnt).unwrap();
     let log = tmp.join("daemon.log");
-    let mut daemon = spawn(&model, &mnt, &log);
-    let pid = daemon.child.id();
+    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &[], &log, Duration::from_secs(30));
+    let pid = daemon.pid() as u32;
     let merged = mnt.join("model.tensors");
     let tensors: Arc<Vec<(PathBuf, Vec<u8>)>> = Arc::new(
         all.into_iter()

@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 use std::fs;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -286,5 +288,119 @@ impl Rng {
     /// Uniform-ish in `0..n` (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// A foreground daemon (`tensormount -f`) with its stderr in a file. On drop (if the test did not
+/// stop it): lazy unmount, then kill.
+pub struct Daemon {
+    pub child: Child,
+    mnt: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Spawns `tensormount -f [opts] src mnt` and waits (up to `limit`) for the mount to appear;
+    /// also returns how long that took.
+    pub fn spawn(
+        src: &Path,
+        mnt: &Path,
+        opts: &[&str],
+        log: &Path,
+        limit: Duration,
+    ) -> (Daemon, Duration) {
+        let start = Instant::now();
+        let child = Command::new(bin())
+            .arg("-f")
+            .args(opts)
+            .arg(src)
+            .arg(mnt)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut d = Daemon {
+            child,
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        while !is_mounted(mnt) {
+            if let Some(st) = d.child.try_wait().unwrap() {
+                panic!("daemon exited ({st}) before mounting: {}", d.stderr());
+            }
+            assert!(
+                start.elapsed() < limit,
+                "no mount after {limit:?}; stderr so far: {}",
+                d.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let took = start.elapsed();
+        (d, took)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) of our own child.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill: {}", io::Error::last_os_error());
+    }
+
+    /// Waits up to `limit` for the daemon to exit.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "daemon still running {limit:?} after it was told to stop; stderr: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then asserts exit 0 and that the mount is gone; returns the daemon's stderr.
+    pub fn stop(&mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let st = self.wait(Duration::from_secs(30));
+        let err = self.stderr();
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "daemon exit after SIGTERM: {st}; stderr:\n{err}"
+        );
+        assert!(
+            !is_mounted(&self.mnt),
+            "still mounted after the daemon exited"
+        );
+        err
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        } else if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
     }
 }
