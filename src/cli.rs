@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, Parser};
 
+use crate::namespace::Layout;
+
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 #[derive(Debug, Parser)]
 #[command(
     name = "tensormount",
     version,
     after_help = "fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0\n\
-                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict; the generic \
+                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict, npy, layout=flat|tree; the generic \
                   mount options (ro, rw, nodev, nosuid, noexec, noatime, nofail, _netdev, defaults, x-*, ...) \
                   are accepted and ignored (the mount is always read-only)."
 )]
@@ -95,6 +97,8 @@ pub struct MountOptions {
     pub fsname: Option<String>,
     pub strict: bool,
     pub noexec: bool,
+    pub npy: bool,
+    pub layout: Layout,
 }
 
 /// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.
@@ -142,6 +146,14 @@ impl MountOptions {
                 ("auto_unmount", None) => opts.auto_unmount = true,
                 ("strict", None) => opts.strict = true,
                 ("noexec", None) => opts.noexec = true,
+                ("npy", None) => opts.npy = true,
+                ("layout", Some("flat")) => opts.layout = Layout::Flat,
+                ("layout", Some("tree")) => opts.layout = Layout::Tree,
+                ("layout", _) => {
+                    return Err(format!(
+                        "mount option `{opt}`: the layouts are `flat` and `tree`"
+                    ));
+                }
                 ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
                 ("rw", None) => log::warn!("option `rw` ignored: the mount is always read-only"),
                 ("comment", Some(_)) => {}
@@ -219,6 +231,9 @@ mod tests {
         let o = parse(&["ro,allow_other", "fsname=my\\,model,strict", "auto_unmount"]).unwrap();
         assert!(o.allow_other && o.strict && o.auto_unmount && !o.allow_root);
         assert_eq!(o.fsname.as_deref(), Some("my,model"));
+        let o = parse(&["npy,layout=tree"]).unwrap();
+        assert!(o.npy && o.layout == Layout::Tree);
+        assert_eq!(parse(&["layout=flat"]).unwrap().layout, Layout::Flat);
     }
 
     #[test]
@@ -237,5 +252,7 @@ mod tests {
         assert!(e.contains("bogus=1"), "{e}");
         assert!(parse(&["allow_other=yes"]).is_err());
         assert!(parse(&["allow_other,allow_root"]).is_err());
+        let e = parse(&["layout=deep"]).unwrap_err();
+        assert!(e.contains("layout=deep") && e.contains("tree"), "{e}");
     }
 }

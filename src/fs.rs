@@ -255,13 +255,13 @@ impl Filesystem for TensorFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        // The mapped slice goes straight into the reply's writev: no copy, and no access by the
+        // A mapped slice goes straight into the reply's writev: no copy, and no access by the
         // daemon itself.
         match self.tree.read(ino.0, offset, size) {
-            Ok(bytes) => reply.data(bytes),
+            Ok(bytes) => reply.data(&bytes),
             Err(ReadError::NotFound) => reply.error(Errno::ENOENT),
             Err(ReadError::IsDir) => reply.error(Errno::EISDIR),
-            Err(ReadError::SourceChanged) => reply.error(Errno::EIO),
+            Err(ReadError::SourceChanged | ReadError::Io) => reply.error(Errno::EIO),
         }
     }
 

@@ -4,6 +4,7 @@
 //! - [`format`]: reads and validates safetensors headers (no FUSE);
 //! - [`index`]: parses the index of a sharded set;
 //! - [`names`]: tensor names as file names;
+//! - [`npy`]: NPY headers for the `-o npy` view;
 //! - [`namespace`]: the immutable tree built once at mount;
 //! - [`fs`]: the thin fuser adapter over that tree;
 //! - [`listing`]: `--list` output;
@@ -26,3 +27,4 @@ pub mod logging;
 pub mod names;
 pub mod namespace;
 pub mod notify;
+pub mod npy;

@@ -34,6 +34,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     }
     let build = Options {
         strict: opts.strict,
+        layout: opts.layout,
+        npy: opts.npy,
     };
     if args.list {
         let tree = Tree::build(&args.source, &build).map_err(|e| e.to_string())?;

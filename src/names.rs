@@ -59,13 +59,33 @@ impl Shortener {
             // Never clashes with a shortened name: those contain the marker, escapes never do.
             return escaped;
         }
-        let prefix = readable_prefix(&escaped, NAME_MAX - MARKER.len() - HASH_DIGITS);
+        Cow::Owned(self.shortened(name, &escaped, ""))
+    }
+
+    /// The file name for `name` followed by `suffix` (e.g. `.npy`); a shortened name keeps the
+    /// suffix.
+    pub fn file_name_with(&mut self, name: &str, suffix: &str) -> String {
+        let escaped = escape(name);
+        if escaped.len() + suffix.len() <= NAME_MAX {
+            return format!("{escaped}{suffix}");
+        }
+        self.shortened(name, &escaped, suffix)
+    }
+
+    /// A readable prefix of `escaped`, the marker, a hash of `name` unique in this directory, and
+    /// `suffix`: at most NAME_MAX bytes.
+    fn shortened(&mut self, name: &str, escaped: &str, suffix: &str) -> String {
+        let prefix = readable_prefix(
+            escaped,
+            NAME_MAX - MARKER.len() - HASH_DIGITS - suffix.len(),
+        );
         // Different names whose hashes collide get a salted hash; the salt order is deterministic.
         let mut salt = 0u64;
         loop {
-            let candidate = format!("{prefix}{MARKER}{:016x}", fnv1a(name.as_bytes(), salt));
+            let hash = fnv1a(name.as_bytes(), salt);
+            let candidate = format!("{prefix}{MARKER}{hash:016x}{suffix}");
             if self.taken.insert(candidate.clone()) {
-                return Cow::Owned(candidate);
+                return candidate;
             }
             salt += 1;
         }
@@ -154,6 +174,18 @@ mod tests {
         let prefix = f.split(MARKER).next().unwrap();
         assert_eq!(prefix.len() % 3, 0, "{prefix}");
         assert!(prefix.chars().all(|c| "%2F".contains(c)));
+    }
+
+    #[test]
+    fn suffixes_survive_shortening() {
+        let mut s = Shortener::default();
+        assert_eq!(s.file_name_with("a/b", ".npy"), "a%2Fb.npy");
+        let long = "w".repeat(252);
+        let plain = s.file_name(&long).into_owned();
+        let npy = s.file_name_with(&long, ".npy");
+        assert_eq!(plain, long);
+        assert!(npy.len() <= NAME_MAX && npy.ends_with(".npy") && npy.contains(MARKER));
+        assert_ne!(s.file_name_with(&long, ".npy"), npy);
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //!   a sharded set, a set with a missing shard, a set beside an unsharded file wanting the same
 //!   directory, files named by the input, a real directory hiding a merged one, a variant index;
 //! - bit 3 puts everything one directory down (`sub/`);
-//! - bit 4 adds a symbolic link to the first file and one closing a directory cycle.
+//! - bit 4 adds a symbolic link to the first file and one closing a directory cycle;
+//! - bit 5 builds with `layout=tree`, bit 6 with `npy`.
 //!
-//! The tree is built with the default options and with `strict`; whatever it accepts must be
+//! The tree is built with those options, without and with `strict`; whatever it accepts must be
 //! walkable: names valid and sorted, lookups, reads (checked byte for byte against the sources on
-//! disk), xattrs and `--list` consistent.
+//! disk, NPY views against their header and tensor), xattrs and `--list` consistent.
 #![no_main]
 
 mod common;
@@ -25,7 +26,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tensormount::format;
 use tensormount::names;
-use tensormount::namespace::{Content, Kind, Options, ROOT, ReadError, Tree};
+use tensormount::namespace::{Content, Kind, Layout, Options, ROOT, ReadError, Tree};
 
 const SEP: &[u8] = b"\xff=====\xff";
 const SHARD1: &str = "model-00001-of-00002.safetensors";
@@ -158,8 +159,24 @@ fuzz_target!(|data: &[u8]| {
         std::os::unix::fs::symlink(root, dir.join("cycle")).unwrap();
     }
 
-    let lenient = Tree::build(&source, &Options::default());
-    let strict = Tree::build(&source, &Options { strict: true });
+    let layout_opt = if selector & 0x20 != 0 {
+        Layout::Tree
+    } else {
+        Layout::Flat
+    };
+    let options = Options {
+        strict: false,
+        layout: layout_opt,
+        npy: selector & 0x40 != 0,
+    };
+    let lenient = Tree::build(&source, &options);
+    let strict = Tree::build(
+        &source,
+        &Options {
+            strict: true,
+            ..options.clone()
+        },
+    );
 
     if layout == 0 {
         // A single file builds exactly when its header is valid.
@@ -169,10 +186,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(header.is_ok(), strict.is_ok());
     }
 
-    let listed = lenient.as_ref().ok().map(|t| check_tree(t, &source));
+    let listed = lenient.as_ref().ok().map(|t| check_tree(t, &source, &options));
     match (&strict, listed) {
         (Ok(t), Some(listed)) => {
-            let strict_listed = check_tree(t, &source);
+            let strict_listed = check_tree(t, &source, &options);
             assert_eq!(strict_listed, listed, "strict and default trees differ");
         }
         (Ok(_), None) => panic!("strict build succeeded where the default failed: {lenient:?}"),
@@ -186,12 +203,13 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// Walks the whole tree, checking everything it shows. Returns the `--list` paths and offsets.
-fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
+fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64, u64)> {
+    let read = |ino, offset, size| tree.read(ino, offset, size).map(|b| b.into_owned());
     let count = tree.node_count();
     assert!(count >= 1);
     assert!(tree.node(0).is_none() && tree.node(count + 1).is_none());
-    assert_eq!(tree.read(0, 0, 1), Err(ReadError::NotFound));
-    assert_eq!(tree.read(count + 1, 0, 1), Err(ReadError::NotFound));
+    assert_eq!(read(0, 0, 1), Err(ReadError::NotFound));
+    assert_eq!(read(count + 1, 0, 1), Err(ReadError::NotFound));
     assert!(tree.xattr_names(count + 1).is_empty());
 
     let root_node = tree.node(ROOT).unwrap();
@@ -217,7 +235,7 @@ fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
         match &node.content {
             Content::Dir { children, .. } => {
                 assert_eq!(node.attr.kind, Kind::Dir);
-                assert_eq!(tree.read(ino, 0, 1), Err(ReadError::IsDir));
+                assert_eq!(read(ino, 0, 1), Err(ReadError::IsDir));
                 assert_eq!(tree.children(ino), Some(&children[..]));
                 let mut subdirs = 0;
                 let mut previous: Option<&[u8]> = None;
@@ -249,15 +267,15 @@ fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
                 assert_eq!(node.attr.kind, Kind::File);
                 assert_eq!(tree.children(ino), None);
                 let size = node.attr.size;
-                let whole = tree
-                    .read(ino, 0, u32::MAX)
+                let whole = read(ino, 0, u32::MAX)
                     .unwrap_or_else(|e| panic!("{path:?}: read: {e:?}"));
+                let whole = &whole[..];
                 assert_eq!(whole.len() as u64, size, "{path:?}: read length");
-                assert_eq!(tree.read(ino, size, 4096), Ok(&[][..]));
-                assert_eq!(tree.read(ino, u64::MAX, u32::MAX), Ok(&[][..]));
-                assert_eq!(tree.read(ino, 0, 0), Ok(&[][..]));
+                assert_eq!(read(ino, size, 4096), Ok(Vec::new()));
+                assert_eq!(read(ino, u64::MAX, u32::MAX), Ok(Vec::new()));
+                assert_eq!(read(ino, 0, 0), Ok(Vec::new()));
                 if size > 0 {
-                    assert_eq!(tree.read(ino, size - 1, 2), Ok(&whole[whole.len() - 1..]));
+                    assert_eq!(read(ino, size - 1, 2).unwrap(), &whole[whole.len() - 1..]);
                 }
                 match content {
                     Content::Mirror { .. } => {
@@ -267,7 +285,11 @@ fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
                     }
                     Content::Tensor { tensor, .. } => {
                         tensors += 1;
-                        check_tensor(tree, ino, &path, tensor, whole);
+                        check_tensor(tree, ino, &path, tensor, whole, options.layout);
+                    }
+                    Content::Npy { tensor, .. } => {
+                        assert!(options.npy, "{path:?}: an NPY view without -o npy");
+                        check_npy(tree, ino, &path, tensor, whole, options.layout);
                     }
                     Content::Generated(_) => {
                         assert_eq!(&node.name[..], b"__metadata__");
@@ -310,7 +332,62 @@ fn check_tree(tree: &Tree, source: &Path) -> Vec<(String, u64, u64)> {
     out
 }
 
-fn check_tensor(tree: &Tree, ino: u64, path: &Path, tensor: &format::Tensor, bytes: &[u8]) {
+/// An NPY view: a 1.0 header of the length its xattr gives, then the tensor's bytes, whichever
+/// way the reads cut it.
+fn check_npy(
+    tree: &Tree,
+    ino: u64,
+    path: &Path,
+    tensor: &format::Tensor,
+    whole: &[u8],
+    layout: Layout,
+) {
+    let header_len: usize = String::from_utf8(
+        tree.xattr(ino, &format!("{XATTR_PREFIX}npy_header_len"))
+            .expect("npy_header_len xattr"),
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    assert_eq!(header_len % 64, 0, "{path:?}: NPY header length");
+    assert!(whole.starts_with(b"\x93NUMPY\x01\x00"), "{path:?}: NPY magic");
+    assert_eq!(
+        u16::from_le_bytes([whole[8], whole[9]]) as usize,
+        header_len - 10
+    );
+    assert_eq!(whole[header_len - 1], b'\n');
+    let name = path.file_name().unwrap().as_bytes();
+    assert!(name.ends_with(b".npy"), "{path:?}: NPY view name");
+    // The tensor bytes are the tensor file's.
+    let raw_path = path.with_file_name(OsStr::from_bytes(&name[..name.len() - 4]));
+    check_tensor(tree, ino, &raw_path, tensor, &whole[header_len..], layout);
+    for cut in [1, header_len - 1, header_len, header_len + 1] {
+        let mut pieces = Vec::new();
+        let mut offset = 0;
+        loop {
+            let piece = tree.read(ino, offset, cut as u32).unwrap();
+            if piece.is_empty() {
+                break;
+            }
+            offset += piece.len() as u64;
+            pieces.extend_from_slice(&piece);
+            if cut == 1 && offset > header_len as u64 + 2 {
+                pieces.extend_from_slice(&tree.read(ino, offset, u32::MAX).unwrap());
+                break;
+            }
+        }
+        assert!(pieces == whole, "{path:?}: reads of {cut} bytes differ");
+    }
+}
+
+fn check_tensor(
+    tree: &Tree,
+    ino: u64,
+    path: &Path,
+    tensor: &format::Tensor,
+    bytes: &[u8],
+    layout: Layout,
+) {
     let x = |key: &str| {
         let v = tree
             .xattr(ino, &format!("{XATTR_PREFIX}{key}"))
@@ -334,10 +411,22 @@ fn check_tensor(tree: &Tree, ino: u64, path: &Path, tensor: &format::Tensor, byt
         real.get(start..start + bytes.len()) == Some(bytes),
         "{path:?}: tensor bytes differ from the source's"
     );
-    // The file name is the escaped tensor name, unless that is too long.
+    // The file name is the escaped tensor name, unless that is too long (or split by the tree).
     let escaped = names::escape(&tensor.name);
     let file_name = path.file_name().unwrap().as_bytes();
-    if escaped.len() <= common::NAME_MAX {
+    if layout == Layout::Tree {
+        let last = tensor.name.rsplit(['.', '/']).next().unwrap_or_default();
+        let last = names::escape(last);
+        let ok = [
+            &b"__tensor__"[..],
+            b"%5F_tensor__",
+            last.as_bytes(),
+            escaped.as_bytes(),
+        ]
+            .contains(&file_name)
+            || file_name.windows(2).any(|w| w == b"%#");
+        assert!(ok, "{path:?}: tree file name of `{}`", tensor.name);
+    } else if escaped.len() <= common::NAME_MAX {
         assert_eq!(
             file_name,
             escaped.as_bytes(),

@@ -5,7 +5,7 @@
 //! Headers and indexes are read with `pread` from that descriptor, never through the mapping.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{self, File, Metadata};
@@ -22,12 +22,13 @@ use memmap2::Mmap;
 use serde_json::Value;
 
 use super::{
-    Attr, BuildError, Content, Ino, Kind, METADATA_FILE, Node, Options, Parsed, ROOT, Source, Tree,
-    XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX,
+    Attr, BuildError, Content, Ino, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Node, Options, Parsed,
+    ROOT, Source, TENSOR_FILE, Tree, XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX,
 };
 use crate::format::{self, Tensor};
 use crate::index::{self, Index};
 use crate::names::Shortener;
+use crate::npy;
 
 /// Directories nested deeper than this are left out (with a warning).
 const MAX_DEPTH: usize = 256;
@@ -644,26 +645,36 @@ impl Builder {
         let dir = self.push_dir(name, parent, tensor_dir_attr(owner), xattrs);
         self.nodes.reserve(entries.len() + 1);
         entries.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        let mut names = Shortener::default();
-        let mut children = Vec::with_capacity(entries.len() + 1);
-        for (tensor, src) in entries {
-            let name: Arc<[u8]> = match names.file_name(&tensor.name) {
-                Cow::Borrowed(same) if same == &*tensor.name => {
-                    Arc::<str>::clone(&tensor.name).into()
+        let mut children = match self.options.layout {
+            Layout::Flat => {
+                let leaves = entries
+                    .iter()
+                    .map(|e| (LeafName::Escaped(&e.0.name), e))
+                    .collect();
+                self.add_leaves(dir, &mut Shortener::default(), leaves, Vec::new())
+            }
+            Layout::Tree => {
+                let mut root = Branch::default();
+                let mut stray = Vec::new();
+                for entry in &entries {
+                    let name = &*entry.0.name;
+                    let parts = name.split(['.', '/']);
+                    if parts.clone().count() > MAX_TREE_DEPTH {
+                        stray.push((LeafName::Escaped(name), entry));
+                        continue;
+                    }
+                    let branch =
+                        parts.fold(&mut root, |b, part| b.children.entry(part).or_default());
+                    if branch.tensor.is_some() {
+                        // Another name with the same parts (`a.b` and `a/b`) came first.
+                        stray.push((LeafName::Escaped(name), entry));
+                    } else {
+                        branch.tensor = Some(entry);
+                    }
                 }
-                other => other.as_bytes().into(),
-            };
-            let node = Node {
-                name,
-                parent: dir,
-                attr: file_attr(&self.sources[src].meta, tensor.size()),
-                content: Content::Tensor {
-                    source: src,
-                    tensor,
-                },
-            };
-            children.push(self.push(node));
-        }
+                self.add_branch(dir, owner, root, &mut stray, true)
+            }
+        };
         if let Some(json) = metadata_json {
             let node = Node {
                 name: METADATA_FILE.as_bytes().into(),
@@ -676,6 +687,158 @@ impl Builder {
         self.set_children(dir, children);
         dir
     }
+
+    /// Fills a directory of the tree layout from its branch; returns its children. Tensors that
+    /// found no place in the tree (`stray`) go to the `top` directory under their full names: those
+    /// names hold a `.` or a `/` (`%2F`), which no part does, so they never clash with a part.
+    fn add_branch<'a>(
+        &mut self,
+        dir: Ino,
+        owner: &Metadata,
+        branch: Branch<'a>,
+        stray: &mut Vec<Leaf<'a>>,
+        top: bool,
+    ) -> Vec<Ino> {
+        let mut names = Shortener::default();
+        let mut children = Vec::new();
+        let mut leaves = Vec::new();
+        if let Some(entry) = branch.tensor {
+            leaves.push((LeafName::Exact(TENSOR_FILE), entry));
+        }
+        for (part, child) in branch.children {
+            let leaf_name = if part == TENSOR_FILE {
+                LeafName::Exact(ESCAPED_TENSOR_FILE)
+            } else {
+                LeafName::Escaped(part)
+            };
+            match child.tensor {
+                Some(entry) if child.children.is_empty() => leaves.push((leaf_name, entry)),
+                _ => {
+                    let name = leaf_name.file_name(&mut names);
+                    let sub =
+                        self.push_dir(name.as_bytes(), dir, tensor_dir_attr(owner), Arc::default());
+                    let grandchildren = self.add_branch(sub, owner, child, stray, false);
+                    self.set_children(sub, grandchildren);
+                    children.push(sub);
+                }
+            }
+        }
+        if top {
+            leaves.append(stray);
+        }
+        self.add_leaves(dir, &mut names, leaves, children)
+    }
+
+    /// Adds a tensor file for each leaf (its name in the directory, before escaping, and its
+    /// tensor) to `children`, the directory's other entries, then the NPY views if asked for.
+    fn add_leaves(
+        &mut self,
+        dir: Ino,
+        names: &mut Shortener,
+        leaves: Vec<Leaf<'_>>,
+        mut children: Vec<Ino>,
+    ) -> Vec<Ino> {
+        for &(leaf_name, (tensor, src)) in &leaves {
+            let name: Arc<[u8]> = match leaf_name.file_name(names) {
+                Cow::Borrowed(same) if same == &*tensor.name => {
+                    Arc::<str>::clone(&tensor.name).into()
+                }
+                other => other.as_bytes().into(),
+            };
+            let node = Node {
+                name,
+                parent: dir,
+                attr: file_attr(&self.sources[*src].meta, tensor.size()),
+                content: Content::Tensor {
+                    source: *src,
+                    tensor: tensor.clone(),
+                },
+            };
+            children.push(self.push(node));
+        }
+        if self.options.npy {
+            self.add_npy_views(dir, names, &leaves, &mut children);
+        }
+        children
+    }
+
+    /// `NAME.npy` beside each tensor file numpy can describe, unless an entry of the directory
+    /// already has that name (a tensor named `NAME.npy`).
+    fn add_npy_views(
+        &mut self,
+        dir: Ino,
+        names: &mut Shortener,
+        leaves: &[Leaf<'_>],
+        children: &mut Vec<Ino>,
+    ) {
+        let taken: HashSet<Arc<[u8]>> = children
+            .iter()
+            .map(|&c| self.node(c).name.clone())
+            .collect();
+        for &(leaf_name, (tensor, src)) in leaves {
+            let Some(header) = npy::header(tensor) else {
+                continue;
+            };
+            let name = match leaf_name {
+                LeafName::Escaped(part) => names.file_name_with(part, NPY_SUFFIX),
+                LeafName::Exact(name) => format!("{name}{NPY_SUFFIX}"),
+            };
+            if taken.contains(name.as_bytes()) {
+                warn!(
+                    "{}: tensor `{}`: no {name} view, a tensor file has that name",
+                    self.sources[*src].path.display(),
+                    tensor.name
+                );
+                continue;
+            }
+            let size = header.len() as u64 + tensor.size();
+            let node = Node {
+                name: name.into_bytes().into(),
+                parent: dir,
+                attr: file_attr(&self.sources[*src].meta, size),
+                content: Content::Npy {
+                    source: *src,
+                    tensor: tensor.clone(),
+                },
+            };
+            children.push(self.push(node));
+        }
+    }
+}
+
+/// A tensor placed in a directory: its name there and the tensor with its source.
+type Leaf<'a> = (LeafName<'a>, &'a (Arc<Tensor>, usize));
+
+#[derive(Clone, Copy)]
+enum LeafName<'a> {
+    /// A tensor name, or a part of one, to escape (and shorten) into a file name.
+    Escaped(&'a str),
+    /// A file name as it is.
+    Exact(&'static str),
+}
+
+impl<'a> LeafName<'a> {
+    fn file_name(self, names: &mut Shortener) -> Cow<'a, str> {
+        match self {
+            LeafName::Escaped(name) => names.file_name(name),
+            LeafName::Exact(name) => Cow::Borrowed(name),
+        }
+    }
+}
+
+/// With `layout=tree`: how a part that is itself `__tensor__` is written, so that it never clashes
+/// with the tensor of a directory (escaping never writes `%5F`, so this is unambiguous).
+const ESCAPED_TENSOR_FILE: &str = "%5F_tensor__";
+
+/// With `layout=tree`: names with more parts than this are shown under their full name at the top.
+const MAX_TREE_DEPTH: usize = 64;
+
+/// A directory of the tree layout while it is being built.
+#[derive(Default)]
+struct Branch<'a> {
+    /// The tensor whose name ends here.
+    tensor: Option<&'a (Arc<Tensor>, usize)>,
+    children: BTreeMap<&'a str, Branch<'a>>,
 }
 
 /// The reason part of a `path: reason` message.

@@ -6,6 +6,7 @@ Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
 
   oracle.py write-fixtures DIR          write test .safetensors files into DIR
   oracle.py compare SRC TENSOR_DIR      check a mounted tree against SRC
+            [--npy]                     ... and its NPY views (mounted with -o npy)
   oracle.py load-all SRC                JSON {name: [dtype, shape, sha256]}
 
 SRC is a .safetensors file or a directory; for a directory every *.safetensors
@@ -151,17 +152,18 @@ def xattr(path, key):
         return None
 
 
-def compare(src, tensor_dir, allow_extra=False):
-    by_name, errors = {}, []
+def compare(src, tensor_dir, allow_extra=False, npy=False):
+    by_name, npy_by_name, errors = {}, {}, []
     for root, _dirs, files in os.walk(tensor_dir):
         for f in files:
             path = os.path.join(root, f)
             name = xattr(path, "user.safetensors.name")
             if name is None:
                 continue
-            if name in by_name:
-                errors.append(f"{name!r}: two files, {by_name[name]} and {path}")
-            by_name[name] = path
+            files_of = npy_by_name if xattr(path, "user.safetensors.npy_header_len") else by_name
+            if name in files_of:
+                errors.append(f"{name!r}: two files, {files_of[name]} and {path}")
+            files_of[name] = path
 
     seen = set()
     for name, dtype, shape, expected in load(src):
@@ -175,6 +177,9 @@ def compare(src, tensor_dir, allow_extra=False):
             got = xattr(path, f"user.safetensors.{key}")
             if got != want:
                 errors.append(f"{name!r}: xattr {key} is {got!r}, want {want!r}")
+
+        if npy:
+            errors += compare_npy(name, dtype, expected, npy_by_name.pop(name, None))
 
         np_dtype, np_shape = expected.dtype, expected.shape
         try:
@@ -202,6 +207,9 @@ def compare(src, tensor_dir, allow_extra=False):
     if not allow_extra:
         for name in sorted(set(by_name) - seen):
             errors.append(f"{name!r}: file {by_name[name]} is not a tensor of {src}")
+    if npy and not allow_extra:
+        for name, path in sorted(npy_by_name.items()):
+            errors.append(f"{name!r}: NPY view {path} is not a tensor of {src}")
 
     for e in errors:
         print(f"MISMATCH {e}")
@@ -209,6 +217,35 @@ def compare(src, tensor_dir, allow_extra=False):
         return 1
     print(f"ok {len(seen)} tensors")
     return 0
+
+
+def compare_npy(name, dtype, expected, path):
+    """Check the NPY view of one tensor: there is one iff numpy has the dtype, and numpy.load (with
+    and without mmap_mode) gives the tensor with its dtype and shape."""
+    if dtype not in NUMPY:
+        return [f"{name!r}: {dtype} has no numpy dtype, yet there is an NPY view {path}"] if path else []
+    if path is None:
+        return [f"{name!r}: no NPY view"]
+    errors = []
+    header_len = int(xattr(path, "user.safetensors.npy_header_len"))
+    with open(path, "rb") as f:
+        if np.lib.format.read_magic(f) != (1, 0):
+            return [f"{name!r}: NPY view {path} is not NPY version 1.0"]
+        shape, fortran, np_dtype = np.lib.format.read_array_header_1_0(f)
+        if f.tell() != header_len:
+            errors.append(f"{name!r}: NPY header is {f.tell()} bytes, xattr says {header_len}")
+    if header_len % 64:
+        errors.append(f"{name!r}: NPY data starts at {header_len}, not a multiple of 64")
+    if fortran or shape != expected.shape or np_dtype != expected.dtype:
+        errors.append(f"{name!r}: NPY header says {np_dtype} {shape} fortran={fortran}, "
+                      f"want {expected.dtype} {expected.shape}")
+    for mode in ("r", None):
+        got = np.load(path, mmap_mode=mode, allow_pickle=False)
+        if got.shape != expected.shape or got.dtype != expected.dtype \
+                or le_bytes(got) != le_bytes(expected):
+            errors.append(f"{name!r}: numpy.load(mmap_mode={mode!r}) differs")
+        del got
+    return errors
 
 
 def load_all(src):
@@ -226,6 +263,7 @@ def main():
     p = sub.add_parser("compare")
     p.add_argument("src")
     p.add_argument("tensor_dir")
+    p.add_argument("--npy", action="store_true", help="also check the NPY views")
     p.add_argument("--allow-extra", action="store_true",
                    help="ignore tagged files whose tensor is not in SRC")
     sub.add_parser("load-all").add_argument("src")
@@ -234,7 +272,7 @@ def main():
     if args.cmd == "write-fixtures":
         return write_fixtures(args.dir) or 0
     if args.cmd == "compare":
-        return compare(args.src, args.tensor_dir, args.allow_extra)
+        return compare(args.src, args.tensor_dir, args.allow_extra, args.npy)
     return load_all(args.src)
 
 
