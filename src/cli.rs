@@ -99,6 +99,8 @@ pub struct MountOptions {
     pub noexec: bool,
     pub npy: bool,
     pub layout: Layout,
+    /// `rw` was given (it has no effect: the mount is always read-only).
+    pub rw: bool,
 }
 
 /// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.
@@ -132,7 +134,7 @@ const IGNORED: &[&str] = &[
 ];
 
 impl MountOptions {
-    /// Parses every `-o` argument. Unknown options are an error that names them; `rw` gives a warning.
+    /// Parses every `-o` argument. Unknown options are an error that names them.
     pub fn parse(args: &[String]) -> Result<MountOptions, String> {
         let mut opts = MountOptions::default();
         for opt in args.iter().flat_map(|a| split_options(a)) {
@@ -155,7 +157,7 @@ impl MountOptions {
                     ));
                 }
                 ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
-                ("rw", None) => log::warn!("option `rw` ignored: the mount is always read-only"),
+                ("rw", None) => opts.rw = true,
                 ("comment", Some(_)) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("X-") => {}
                 (k, None) if IGNORED.contains(&k) => {}
@@ -242,7 +244,13 @@ mod tests {
             "rw,dev,suid,nofail,_netdev,defaults,x-systemd.automount,comment=hi,noatime,relatime",
         ])
         .unwrap();
-        assert_eq!(o, MountOptions::default());
+        assert_eq!(
+            o,
+            MountOptions {
+                rw: true,
+                ..MountOptions::default()
+            }
+        );
         assert!(parse(&["noexec"]).unwrap().noexec);
     }
 

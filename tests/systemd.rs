@@ -535,6 +535,7 @@ fn fstab_generator_makes_mount_and_automount_units() {
 
 /// `mount -t tensormount SRC MNT` through the real mount(8), which runs `/sbin/mount.tensormount`:
 /// in a private mount namespace where /usr/sbin (= /sbin) is a directory holding only that link.
+/// mount(8) adds `rw` to the options, which the helper takes silently.
 #[test]
 fn mount_t_tensormount_runs_the_helper_link() {
     if !require_fuse() {
@@ -549,9 +550,10 @@ fn mount_t_tensormount_runs_the_helper_link() {
         r#"set -e
 trap 'umount -l {mnt} 2>/dev/null || true' EXIT
 mount --bind {bindir} /usr/sbin
-mount -t tensormount {src} {mnt} -o ro
+mount -t tensormount {src} {mnt} -o npy,layout=tree
 echo MARK-MOUNTED
 ls {mnt}
+ls {mnt}/model.tensors/model/layers/0/input_layernorm
 grep " {mnt} " /proc/mounts
 umount {mnt}
 grep -q " {mnt} " /proc/mounts || echo MARK-GONE
@@ -571,11 +573,14 @@ grep -q " {mnt} " /proc/mounts || echo MARK-GONE
         .split("MARK-MOUNTED")
         .nth(1)
         .unwrap_or_else(|| panic!("{}", show(&out)));
-    assert!(
-        mounted.lines().any(|l| l == "model.tensors"),
-        "{}",
-        show(&out)
-    );
+    for entry in ["model.tensors", "weight", "weight.npy"] {
+        assert!(
+            mounted.lines().any(|l| l == entry),
+            "{entry}: {}",
+            show(&out)
+        );
+    }
+    assert!(!stderr(&out).contains("rw"), "{}", show(&out));
     assert!(
         mounted.lines().any(|l| l.starts_with(&format!(
             "{} {} fuse.tensormount ro,",

@@ -394,3 +394,60 @@ fn tree_layout_reads_directories_and_merged_sets_like_the_official_reader() {
         stdout(&out)
     );
 }
+
+#[test]
+fn tree_layout_places_every_tensor_of_hostile_names_exactly_once() {
+    if !require_fuse() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let tmp = TempDir::new("tree-hostile");
+    let names: Vec<String> = [
+        // Under 64 KiB, so that user.safetensors.name can carry it.
+        ".".repeat(60_000),
+        "/".repeat(5_000),
+        format!("{}x", "a.".repeat(64)),
+        format!("{}x", "a/".repeat(63)),
+        ".".into(),
+        "..".into(),
+        "/".into(),
+        "./".into(),
+        "".into(),
+        "a.".into(),
+        ".a".into(),
+        "a".into(),
+        "__tensor__".into(),
+        "__tensor__.__tensor__".into(),
+        "__tensor__.__tensor__.x".into(),
+        "%5F_tensor__".into(),
+        "%".into(),
+        "%.%2F".into(),
+        "x.npy".into(),
+        "x".into(),
+        "x/npy".into(),
+        "é.ü/\n".into(),
+    ]
+    .into_iter()
+    .collect();
+    let tensors: Vec<T> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| T {
+            name,
+            dtype: "U8",
+            shape: &[4],
+            data: bytes(4, i as u64),
+        })
+        .collect();
+    let src = tmp.join("m.safetensors");
+    write_safetensors(&src, &tensors, None);
+    for opts in ["layout=tree", "layout=tree,npy"] {
+        let (m, _) = mount(&src, opts);
+        let mut args = vec!["compare", s(&src), s(&m.dir)];
+        if opts.ends_with("npy") {
+            args.push("--npy");
+        }
+        let out = oracle(&py, &args);
+        assert!(out.starts_with("ok "), "-o {opts}: {out}");
+    }
+}

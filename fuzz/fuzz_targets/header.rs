@@ -84,11 +84,7 @@ fuzz_target!(|data: &[u8]| {
     let mut next = 0u64;
     let mut names = HashSet::new();
     for t in &header.tensors {
-        assert!(
-            names.insert(&*t.name),
-            "tensor `{}` listed twice",
-            t.name
-        );
+        assert!(names.insert(&*t.name), "tensor `{}` listed twice", t.name);
         assert_eq!(t.begin, next, "tensor `{}` not contiguous", t.name);
         assert!(
             t.end >= t.begin,

@@ -186,7 +186,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(header.is_ok(), strict.is_ok());
     }
 
-    let listed = lenient.as_ref().ok().map(|t| check_tree(t, &source, &options));
+    let listed = lenient
+        .as_ref()
+        .ok()
+        .map(|t| check_tree(t, &source, &options));
     match (&strict, listed) {
         (Ok(t), Some(listed)) => {
             let strict_listed = check_tree(t, &source, &options);
@@ -267,8 +270,8 @@ fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64
                 assert_eq!(node.attr.kind, Kind::File);
                 assert_eq!(tree.children(ino), None);
                 let size = node.attr.size;
-                let whole = read(ino, 0, u32::MAX)
-                    .unwrap_or_else(|e| panic!("{path:?}: read: {e:?}"));
+                let whole =
+                    read(ino, 0, u32::MAX).unwrap_or_else(|e| panic!("{path:?}: read: {e:?}"));
                 let whole = &whole[..];
                 assert_eq!(whole.len() as u64, size, "{path:?}: read length");
                 assert_eq!(read(ino, size, 4096), Ok(Vec::new()));
@@ -350,7 +353,10 @@ fn check_npy(
     .parse()
     .unwrap();
     assert_eq!(header_len % 64, 0, "{path:?}: NPY header length");
-    assert!(whole.starts_with(b"\x93NUMPY\x01\x00"), "{path:?}: NPY magic");
+    assert!(
+        whole.starts_with(b"\x93NUMPY\x01\x00"),
+        "{path:?}: NPY magic"
+    );
     assert_eq!(
         u16::from_le_bytes([whole[8], whole[9]]) as usize,
         header_len - 10
@@ -423,7 +429,7 @@ fn check_tensor(
             last.as_bytes(),
             escaped.as_bytes(),
         ]
-            .contains(&file_name)
+        .contains(&file_name)
             || file_name.windows(2).any(|w| w == b"%#");
         assert!(ok, "{path:?}: tree file name of `{}`", tensor.name);
     } else if escaped.len() <= common::NAME_MAX {

@@ -61,7 +61,7 @@ impl Tree {
             let file = open_regular(&canonical).map_err(|e| path_error(&canonical, e))?;
             let src = b.add_source(file, &canonical, &meta, true)?;
             match b.sources[src].header.clone() {
-                Some(Ok(parsed)) => b.add_file_tensors(b"", ROOT, src, &parsed),
+                Some(Ok(parsed)) => b.add_file_tensors(b"", ROOT, src, &parsed)?,
                 Some(Err(e)) => return Err(BuildError(e.to_string())),
                 None => return Err(path_error(&canonical, "not parsed")),
             };
@@ -453,7 +453,7 @@ impl Builder {
             .iter()
             .map(|&c| (self.node(c).name.to_vec(), None))
             .collect();
-        self.add_file_dirs(path, ino, &files, &mut taken, &mut children);
+        self.add_file_dirs(path, ino, &files, &mut taken, &mut children)?;
         self.add_merged_dirs(path, ino, &files, &mut taken, &mut children)?;
         self.set_children(ino, children);
         Ok(Some(ino))
@@ -467,7 +467,7 @@ impl Builder {
         files: &BTreeMap<Vec<u8>, DirFile>,
         taken: &mut HashMap<Vec<u8>, Option<PathBuf>>,
         children: &mut Vec<Ino>,
-    ) {
+    ) -> Result<(), BuildError> {
         for (name, f) in files {
             let Some(stem) = name.strip_suffix(b".safetensors") else {
                 continue;
@@ -485,14 +485,22 @@ impl Builder {
                 );
                 continue;
             }
-            children.push(self.add_file_tensors(&dir_name, ino, f.source, &parsed));
+            children.push(self.add_file_tensors(&dir_name, ino, f.source, &parsed)?);
             taken.insert(dir_name, Some(file_path));
         }
+        Ok(())
     }
 
     /// The tensor directory of one safetensors file (the root, for a single-file SOURCE).
-    fn add_file_tensors(&mut self, name: &[u8], parent: Ino, src: usize, parsed: &Parsed) -> Ino {
+    fn add_file_tensors(
+        &mut self,
+        name: &[u8],
+        parent: Ino,
+        src: usize,
+        parsed: &Parsed,
+    ) -> Result<Ino, BuildError> {
         let owner = self.sources[src].meta.clone();
+        let origin = self.sources[src].path.clone();
         let entries = parsed.tensors.iter().map(|t| (t.clone(), src)).collect();
         let json = parsed
             .metadata
@@ -505,7 +513,7 @@ impl Builder {
                 .flatten()
                 .map(|(k, v)| (k, v.clone())),
         );
-        self.add_tensor_dir(name, parent, &owner, entries, json, xattrs)
+        self.add_tensor_dir(name, parent, (&origin, &owner), entries, json, xattrs)
     }
 
     /// `NAME.tensors/` for every valid sharded set (index file) of a directory.
@@ -566,11 +574,11 @@ impl Builder {
             children.push(self.add_tensor_dir(
                 dir_name.as_bytes(),
                 ino,
-                &f.meta,
+                (&index_path, &f.meta),
                 entries,
                 json,
                 xattrs,
-            ));
+            )?);
             taken.insert(dir_name.clone().into_bytes(), Some(index_path));
         }
         Ok(())
@@ -632,16 +640,17 @@ impl Builder {
     }
 
     /// A directory of tensor files (plus `__metadata__`), each tensor served from its source and
-    /// carrying that source's attributes. `owner` is the file (or index) the directory stands for.
+    /// carrying that source's attributes. `origin` and `owner` are the path and the attributes of
+    /// the file (or index) the directory stands for.
     fn add_tensor_dir(
         &mut self,
         name: &[u8],
         parent: Ino,
-        owner: &Metadata,
+        (origin, owner): (&Path, &Metadata),
         mut entries: Vec<(Arc<Tensor>, usize)>,
         metadata_json: Option<Arc<[u8]>>,
         xattrs: Arc<BTreeMap<String, String>>,
-    ) -> Ino {
+    ) -> Result<Ino, BuildError> {
         let dir = self.push_dir(name, parent, tensor_dir_attr(owner), xattrs);
         self.nodes.reserve(entries.len() + 1);
         entries.sort_by(|a, b| a.0.name.cmp(&b.0.name));
@@ -656,6 +665,8 @@ impl Builder {
             Layout::Tree => {
                 let mut root = Branch::default();
                 let mut stray = Vec::new();
+                // Hostile names can ask for up to MAX_TREE_DEPTH directories each.
+                let mut branches = 0;
                 for entry in &entries {
                     let name = &*entry.0.name;
                     let parts = name.split(['.', '/']);
@@ -663,8 +674,18 @@ impl Builder {
                         stray.push((LeafName::Escaped(name), entry));
                         continue;
                     }
-                    let branch =
-                        parts.fold(&mut root, |b, part| b.children.entry(part).or_default());
+                    let branch = parts.fold(&mut root, |b, part| {
+                        b.children.entry(part).or_insert_with(|| {
+                            branches += 1;
+                            Branch::default()
+                        })
+                    });
+                    if self.nodes.len() + branches > MAX_NODES {
+                        return Err(path_error(
+                            origin,
+                            format!("layout=tree would make over {MAX_NODES} entries"),
+                        ));
+                    }
                     if branch.tensor.is_some() {
                         // Another name with the same parts (`a.b` and `a/b`) came first.
                         stray.push((LeafName::Escaped(name), entry));
@@ -685,7 +706,7 @@ impl Builder {
             children.push(self.push(node));
         }
         self.set_children(dir, children);
-        dir
+        Ok(dir)
     }
 
     /// Fills a directory of the tree layout from its branch; returns its children. Tensors that
