@@ -379,6 +379,68 @@ fn log_file_receives_warnings_while_serving() {
     assert!(!err.contains("changed since"), "went to stderr too: {err}");
 }
 
+/// The background daemon, once detached, logs to syslog. In a private mount namespace whose /dev is
+/// a fresh tmpfs (holding only `fuse`, `null` and `log`), `/dev/log` is the test's own socket.
+#[test]
+fn detached_daemon_logs_warnings_to_syslog() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mnt::new("syslog");
+    let root = fs::canonicalize(m.tmp.path()).unwrap();
+    let src = root.join("model.safetensors");
+    write_safetensors(
+        &src,
+        &[T {
+            name: "t",
+            dtype: "U8",
+            shape: &[65536],
+            data: bytes(65536, 3),
+        }],
+        None,
+    );
+    let sock_path = root.join("log.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    fs::create_dir(root.join("olddev")).unwrap();
+    let script = format!(
+        r#"set -e
+trap 'umount -l {mnt} 2>/dev/null || true' EXIT
+mount --bind /dev {root}/olddev
+mount -t tmpfs tmpfs /dev
+for n in fuse null; do touch /dev/$n; mount --bind {root}/olddev/$n /dev/$n; done
+touch /dev/log
+mount --bind {sock} /dev/log
+{bin} {src} {mnt}
+truncate -s 1000 {src}
+cat {mnt}/t >/dev/null 2>&1 || echo MARK-EIO
+umount {mnt}
+"#,
+        root = s(&root),
+        mnt = s(&m.dir),
+        sock = s(&sock_path),
+        bin = bin(),
+        src = s(&src),
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("MARK-EIO"), "{}", show(&out));
+    assert!(!stderr(&out).contains("changed since"), "{}", show(&out));
+    let mut buf = vec![0; 65536];
+    let n = sock.recv(&mut buf).expect("a syslog datagram");
+    let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+    // <28> = facility daemon (3 << 3) | severity warning (4).
+    assert!(line.starts_with("<28>tensormount["), "{line}");
+    assert!(
+        line.contains(&format!("{}: changed since it was mounted", s(&src))),
+        "{line}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // mount(8) helper conventions
 // ---------------------------------------------------------------------------------------------
