@@ -7,6 +7,9 @@
         numpy.fromfile on every tensor file of DIR (a mounted NAME.tensors/ directory), with the
         dtype and shape read from the file's user.safetensors.* xattrs, as a loader without the
         safetensors library would do
+    load_all.py npy DIR PASSES
+        numpy.load on the NAME.npy view of every tensor of DIR (mounted with -o npy); tensors whose
+        dtype numpy lacks (no view) as with fromfile
 
 Each pass opens, lists and loads everything again, then drops each array right after loading it
 (so the process never holds the whole model). Prints one line per pass, "SECONDS BYTES TENSORS",
@@ -57,9 +60,28 @@ def load_fromfile(directory):
     return total, count
 
 
+def load_npy(directory):
+    total = count = 0
+    entries = set(os.listdir(directory))
+    for entry in sorted(entries):
+        if entry == "__metadata__" or entry.endswith(".npy"):
+            continue
+        path = os.path.join(directory, entry)
+        if entry + ".npy" in entries:
+            a = np.load(path + ".npy")
+        else:
+            dtype = os.getxattr(path, "user.safetensors.dtype").decode()
+            shape = json.loads(os.getxattr(path, "user.safetensors.shape"))
+            a = np.fromfile(path, dtype=DTYPES[dtype]).reshape(shape)
+        total += a.nbytes
+        count += 1
+        del a
+    return total, count
+
+
 def main():
     mode, path, passes = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    load = {"st": load_st, "fromfile": load_fromfile}[mode]
+    load = {"st": load_st, "fromfile": load_fromfile, "npy": load_npy}[mode]
     for _ in range(passes):
         t = time.perf_counter()
         total, count = load(path)

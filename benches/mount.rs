@@ -322,9 +322,13 @@ struct Mount {
 }
 
 impl Mount {
-    fn new(src: &Path, mnt: &Path, tuning: Tuning) -> Res<Mount> {
+    /// Mounts `src` on `mnt`, with `-o opts` unless `opts` is empty.
+    fn new(src: &Path, mnt: &Path, tuning: Tuning, opts: &str) -> Res<Mount> {
         let mut cmd = Command::new(BIN);
         cmd.arg(src).arg(mnt).stdin(Stdio::null());
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
         if tuning == Tuning::Baseline {
             cmd.env("TENSORMOUNT_TUNING", "baseline");
         }
@@ -1150,12 +1154,22 @@ impl Bench {
     fn cold_warm(
         &self,
         cached: u64,
+        f: impl FnMut(&Mount) -> Res<(f64, f64)>,
+    ) -> Res<(Vec<f64>, Vec<f64>)> {
+        self.cold_warm_with("", cached, f)
+    }
+
+    /// [`Self::cold_warm`] on a mount made with `-o opts`.
+    fn cold_warm_with(
+        &self,
+        opts: &str,
+        cached: u64,
         mut f: impl FnMut(&Mount) -> Res<(f64, f64)>,
     ) -> Res<(Vec<f64>, Vec<f64>)> {
         let (mut cold, mut warm) = (Vec::new(), Vec::new());
         for i in 0..self.runs_total() {
             pretouch(pretouch_for(cached));
-            let m = Mount::new(&self.data.dir, &self.mnt, self.tuning)?;
+            let m = Mount::new(&self.data.dir, &self.mnt, self.tuning, opts)?;
             let (c, w) = f(&m)?;
             m.unmount()?;
             if i >= self.opts.warmup {
@@ -1169,7 +1183,7 @@ impl Bench {
     /// Mounts once and reads each test tensor's location from its xattrs; checks that the first
     /// and last MiB read through the mount equal the source bytes at that offset.
     fn locate(&self) -> Res<Vec<Loc>> {
-        let m = Mount::new(&self.data.dir, &self.mnt, self.tuning)?;
+        let m = Mount::new(&self.data.dir, &self.mnt, self.tuning, "")?;
         let mut out = Vec::new();
         for name in std::iter::once("big.weight").chain(PAR) {
             let file = format!("big.tensors/{name}");
@@ -1453,6 +1467,20 @@ impl Bench {
                 base_what: "safetensors on source",
             });
         }
+        let npy = self.cold_warm_with("npy", bytes, |m| {
+            let v = self.python_passes("npy", &m.path("model.tensors"), 2)?;
+            Ok((v[0], v[1]))
+        });
+        for (warm, w) in [(false, "cold"), (true, "warm")] {
+            rows.push(Row {
+                id: "5",
+                case: format!("load all ({what}): numpy.load on -o npy views, {w}"),
+                unit: Unit::GBps,
+                tm: Self::map(Self::pair(&npy, warm), &gb),
+                base: Self::map(direct.clone(), &gb),
+                base_what: "safetensors on source",
+            });
+        }
         let mirror = self.cold_warm(bytes, |m| {
             let v = self.python_passes("st", &m.path("model.safetensors"), 2)?;
             Ok((v[0], v[1]))
@@ -1541,7 +1569,7 @@ impl Bench {
         let mut rss = None;
         let mut failure = None;
         for i in 0..self.runs_total() {
-            let m = match Mount::new(&self.large.dir, &self.mnt_large, self.tuning) {
+            let m = match Mount::new(&self.large.dir, &self.mnt_large, self.tuning, "") {
                 Ok(m) => m,
                 Err(e) => {
                     failure = Some(e);
@@ -1578,10 +1606,59 @@ impl Bench {
             id: "6",
             case: format!("mount time ({shape}, sparse)"),
             unit: Unit::Secs,
-            tm: Cell::Vals(mount_secs),
+            tm: Cell::Vals(mount_secs.clone()),
             base: Cell::None,
             base_what: "",
         });
+        // The same with both views, against the default mount measured above.
+        let views = "npy,layout=tree";
+        let mut view_secs = Vec::new();
+        let mut view_anon = None;
+        for i in 0..self.runs_total() {
+            match Mount::new(&self.large.dir, &self.mnt_large, self.tuning, views) {
+                Ok(m) => {
+                    if i >= self.opts.warmup {
+                        view_secs.push(m.took.as_secs_f64());
+                    }
+                    view_anon = view_anon.or(Some(m.status_bytes("RssAnon")));
+                    if let Err(e) = m.unmount() {
+                        failure = Some(e);
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let anon_default = rss.and_then(|r| r.0);
+        for (unit, case, tm, base) in [
+            (
+                Unit::Secs,
+                format!("mount time with -o {views}"),
+                failure.clone().map_or(Cell::Vals(view_secs), Cell::Failed),
+                Cell::Vals(mount_secs),
+            ),
+            (
+                Unit::MiB,
+                format!("daemon RssAnon right after mount, -o {views}"),
+                view_anon
+                    .flatten()
+                    .map_or(Cell::Failed("no /proc/PID/status".into()), |b| {
+                        Cell::Vals(vec![b as f64])
+                    }),
+                anon_default.map_or(Cell::None, |b| Cell::Vals(vec![b as f64])),
+            ),
+        ] {
+            rows.push(Row {
+                id: "6",
+                case,
+                unit,
+                tm,
+                base,
+                base_what: "default mount",
+            });
+        }
         let (anon, file) = rss.unwrap_or((None, None));
         for (what, v) in [("RssAnon", anon), ("RssFile", file)] {
             rows.push(Row {
@@ -1607,7 +1684,7 @@ impl Bench {
         });
 
         // Warm commands on one mount, each against the same command on the local directory.
-        let m = match Mount::new(&self.large.dir, &self.mnt_large, self.tuning) {
+        let m = match Mount::new(&self.large.dir, &self.mnt_large, self.tuning, "") {
             Ok(m) => m,
             Err(e) => {
                 rows.push(Row {

@@ -401,7 +401,8 @@ fn detached_daemon_logs_warnings_to_syslog() {
     );
     let sock_path = root.join("log.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     fs::create_dir(root.join("olddev")).unwrap();
     let script = format!(
         r#"set -e

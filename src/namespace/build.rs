@@ -1,8 +1,9 @@
 //! Building the tree from SOURCE, once, at mount.
 //!
-//! Every regular file is opened once (never blocking: a FIFO is never opened), mapped read-only and
-//! closed again: a mapping outlives its descriptor, so thousands of shards hold no descriptors.
-//! Headers and indexes are read with `pread` from that descriptor, never through the mapping.
+//! Every regular file is opened once (never blocking: a FIFO is never opened) and mapped read-only.
+//! Headers and indexes are read with `pread` from that descriptor, never through the mapping. The
+//! descriptor is then kept for change checks while the descriptor budget allows, and closed
+//! otherwise (a mapping outlives its descriptor).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
