@@ -438,7 +438,8 @@ fn find_daemon(src: &Path, mnt: &Path) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let cmd = fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
-        (args == want).then_some(pid)
+        // Any `-o OPTS` comes after the three.
+        (args.len() >= 3 && args[..3] == want).then_some(pid)
     })
 }
 

@@ -154,9 +154,10 @@ fuzz_target!(|data: &[u8]| {
             .map(|e| e.path())
             .min()
         {
-            std::os::unix::fs::symlink(&first, dir.join("link.safetensors")).unwrap();
+            // A file the input named may already have either name (then it stays).
+            let _ = std::os::unix::fs::symlink(&first, dir.join("link.safetensors"));
         }
-        std::os::unix::fs::symlink(root, dir.join("cycle")).unwrap();
+        let _ = std::os::unix::fs::symlink(root, dir.join("cycle"));
     }
 
     let layout_opt = if selector & 0x20 != 0 {

@@ -120,7 +120,19 @@ namespace = {
                                             headers["dtypes"]]),
     "variant": bytes([7]) + SEP.join([headers["shard1"], headers["shard2"],
                                       index({"total_size": "118"}), headers["golden"]]),
+    # Layout 5 naming a file like the link the target adds (a harness bug, found by fuzzing).
+    "named-link-clash": bytes([5 | 16 | 32 | 64 | 128]) + b"link.safetensors",
 }
+# The same with layout=tree (bit 5), and with npy as well (bit 6).
+for base in ["single-file", "single-dtypes", "unsharded", "sharded"]:
+    namespace[base + "-tree"] = bytes([namespace[base][0] | 32]) + namespace[base][1:]
+    namespace[base + "-tree-npy"] = bytes([namespace[base][0] | 96]) + namespace[base][1:]
+# Names for the tree rules: prefixes, the same parts twice, `__tensor__` parts, empty parts, a
+# view name taken by a tensor, a name of over 64 parts.
+namespace["tree-names"] = bytes([96]) + safetensors(
+    [(n, ["F32", "U8", "BF16", "I64"][i % 4], [2]) for i, n in enumerate(
+        ["w", "w.absmax", "w.q.nf4", "a.b", "a/b", "n.__tensor__", "n", "x..y", ".", "",
+         "%5F_tensor__", "x.npy", "x", "d" + ".d" * 70])])
 
 indexes = {
     "tiny-model": index({"total_size": 118}),
@@ -133,6 +145,8 @@ indexes = {
     # UTF-8, lone surrogates or depth (found by the index target).
     "lenient-skip": b'{"x":{"\xff":"\\ud800"},"y":' + b"[" * 200 + b"]" * 200
                     + b',"weight_map":{"a":"s1"}}',
+    # Found by the CI fuzz run: numbers read by two serde_json paths differed in the last digit.
+    "float-precision": b'{\n  "metadata": {\n    "total_size": 88888888888888888888888888888888888888888888888888888883333.333333333388888888888888888888888888888888888888888888888888888888888888888888888888888888888118\n  },\n  "weight_map": {\n    "lm_head.weight": "model-00002-of-00002.safetel-00001-of-00002.safetensors",\n    "moroj.weight": "mors",\n    "model.layers.0.mlp.up_proj.weight_scamodeel.rotary.inv_freq_i32": "00002-of-00002.safetensors"\n  }\n}',
     "file-names": b"model.safetensors.index.json\nmodel.safetensors.index.fp16.json\n"
                   b".safetensors.index.json\nx.safetensors.index..json",
 }
