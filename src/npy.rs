@@ -88,7 +88,9 @@ mod tests {
 
     #[test]
     fn shapes_as_python_tuples() {
-        let text = |shape: &[usize]| String::from_utf8(header(&tensor(Dtype::U8, shape)).unwrap());
+        let text = |shape: &[usize]| {
+            String::from_utf8(header(&tensor(Dtype::U8, shape)).unwrap()[10..].to_vec())
+        };
         assert!(text(&[]).unwrap().contains("'shape': (), "));
         assert!(text(&[7]).unwrap().contains("'shape': (7,), "));
         assert!(text(&[0, 2, 1]).unwrap().contains("'shape': (0, 2, 1), "));
@@ -105,6 +107,6 @@ mod tests {
         ] {
             assert!(header(&tensor(d, &[2])).is_none(), "{d:?}");
         }
-        assert!(header(&tensor(Dtype::U8, &vec![1; 20_000])).is_none());
+        assert!(header(&tensor(Dtype::U8, &vec![1; 30_000])).is_none());
     }
 }
