@@ -45,34 +45,21 @@ def load_st(path):
     return total, count
 
 
-def load_fromfile(directory):
-    total = count = 0
-    for entry in sorted(os.listdir(directory)):
-        if entry == "__metadata__":
-            continue
-        path = os.path.join(directory, entry)
-        dtype = os.getxattr(path, "user.safetensors.dtype").decode()
-        shape = json.loads(os.getxattr(path, "user.safetensors.shape"))
-        a = np.fromfile(path, dtype=DTYPES[dtype]).reshape(shape)
-        total += a.nbytes
-        count += 1
-        del a
-    return total, count
+def load_raw(path):
+    """numpy.fromfile on a raw tensor file, with the dtype and shape from its xattrs."""
+    dtype = os.getxattr(path, "user.safetensors.dtype").decode()
+    shape = json.loads(os.getxattr(path, "user.safetensors.shape"))
+    return np.fromfile(path, dtype=DTYPES[dtype]).reshape(shape)
 
 
-def load_npy(directory):
+def load_dir(directory, npy):
     total = count = 0
     entries = set(os.listdir(directory))
     for entry in sorted(entries):
-        if entry == "__metadata__" or entry.endswith(".npy"):
+        if entry == "__metadata__" or (npy and entry.endswith(".npy")):
             continue
         path = os.path.join(directory, entry)
-        if entry + ".npy" in entries:
-            a = np.load(path + ".npy")
-        else:
-            dtype = os.getxattr(path, "user.safetensors.dtype").decode()
-            shape = json.loads(os.getxattr(path, "user.safetensors.shape"))
-            a = np.fromfile(path, dtype=DTYPES[dtype]).reshape(shape)
+        a = np.load(path + ".npy") if npy and entry + ".npy" in entries else load_raw(path)
         total += a.nbytes
         count += 1
         del a
@@ -81,7 +68,11 @@ def load_npy(directory):
 
 def main():
     mode, path, passes = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    load = {"st": load_st, "fromfile": load_fromfile, "npy": load_npy}[mode]
+    load = {
+        "st": load_st,
+        "fromfile": lambda d: load_dir(d, npy=False),
+        "npy": lambda d: load_dir(d, npy=True),
+    }[mode]
     for _ in range(passes):
         t = time.perf_counter()
         total, count = load(path)

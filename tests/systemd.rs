@@ -423,11 +423,7 @@ umount {mnt}
         bin = bin(),
         src = s(&src),
     );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = in_private_mount_namespace(&script);
     assert!(out.status.success(), "{}", show(&out));
     assert!(stdout(&out).contains("MARK-EIO"), "{}", show(&out));
     assert!(!stderr(&out).contains("changed since"), "{}", show(&out));
@@ -476,6 +472,15 @@ fn helper_flags_are_tolerated() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("ext4"), "{}", show(&out));
     assert!(!is_mounted(&m.dir));
+}
+
+/// Runs a shell script as root in a private mount namespace (its mounts are not seen outside).
+fn in_private_mount_namespace(script: &str) -> Output {
+    Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn helper_link(dir: &Path) -> PathBuf {
@@ -625,11 +630,7 @@ grep -q " {mnt} " /proc/mounts || echo MARK-GONE
         bindir = s(&bindir),
         src = s(&src),
     );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = in_private_mount_namespace(&script);
     assert!(out.status.success(), "{}", show(&out));
     let text = stdout(&out);
     let mounted = text
