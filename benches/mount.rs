@@ -1454,47 +1454,48 @@ impl Bench {
             .python_passes("st", &model, self.runs_total())
             .map(|v| v[self.opts.warmup.min(v.len())..].to_vec());
         let what = format!("{} tensors, {}", self.data.model_tensors, fmt_size(bytes));
-        let fromfile = self.cold_warm(bytes, |m| {
-            let v = self.python_passes("fromfile", &m.path("model.tensors"), 2)?;
-            Ok((v[0], v[1]))
-        });
-        for (warm, w) in [(false, "cold"), (true, "warm")] {
-            rows.push(Row {
-                id: "5",
-                case: format!("load all ({what}): numpy.fromfile on mount, {w}"),
-                unit: Unit::GBps,
-                tm: Self::map(Self::pair(&fromfile, warm), &gb),
-                base: Self::map(direct.clone(), &gb),
-                base_what: "safetensors on source",
+        // (item, how it loads, mount options, load_all.py mode, path in the mount, baseline)
+        let loaders = [
+            (
+                "5",
+                "numpy.fromfile on mount",
+                "",
+                "fromfile",
+                "model.tensors",
+                "safetensors on source",
+            ),
+            (
+                "5",
+                "numpy.load on -o npy views",
+                "npy",
+                "npy",
+                "model.tensors",
+                "safetensors on source",
+            ),
+            (
+                "7",
+                "safetensors on mirrored file",
+                "",
+                "st",
+                "model.safetensors",
+                "same on source",
+            ),
+        ];
+        for (id, how, opts, mode, path, base_what) in loaders {
+            let runs = self.cold_warm_with(opts, bytes, |m| {
+                let v = self.python_passes(mode, &m.path(path), 2)?;
+                Ok((v[0], v[1]))
             });
-        }
-        let npy = self.cold_warm_with("npy", bytes, |m| {
-            let v = self.python_passes("npy", &m.path("model.tensors"), 2)?;
-            Ok((v[0], v[1]))
-        });
-        for (warm, w) in [(false, "cold"), (true, "warm")] {
-            rows.push(Row {
-                id: "5",
-                case: format!("load all ({what}): numpy.load on -o npy views, {w}"),
-                unit: Unit::GBps,
-                tm: Self::map(Self::pair(&npy, warm), &gb),
-                base: Self::map(direct.clone(), &gb),
-                base_what: "safetensors on source",
-            });
-        }
-        let mirror = self.cold_warm(bytes, |m| {
-            let v = self.python_passes("st", &m.path("model.safetensors"), 2)?;
-            Ok((v[0], v[1]))
-        });
-        for (warm, w) in [(false, "cold"), (true, "warm")] {
-            rows.push(Row {
-                id: "7",
-                case: format!("load all ({what}): safetensors on mirrored file, {w}"),
-                unit: Unit::GBps,
-                tm: Self::map(Self::pair(&mirror, warm), &gb),
-                base: Self::map(direct.clone(), &gb),
-                base_what: "same on source",
-            });
+            for (warm, w) in [(false, "cold"), (true, "warm")] {
+                rows.push(Row {
+                    id,
+                    case: format!("load all ({what}): {how}, {w}"),
+                    unit: Unit::GBps,
+                    tm: Self::map(Self::pair(&runs, warm), &gb),
+                    base: Self::map(direct.clone(), &gb),
+                    base_what,
+                });
+            }
         }
     }
 

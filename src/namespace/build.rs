@@ -664,36 +664,13 @@ impl Builder {
                 self.add_leaves(dir, &mut Shortener::default(), leaves, Vec::new())
             }
             Layout::Tree => {
-                let mut root = Branch::default();
-                let mut stray = Vec::new();
-                // Hostile names can ask for up to MAX_TREE_DEPTH directories each.
-                let mut branches = 0;
-                for entry in &entries {
-                    let name = &*entry.0.name;
-                    let parts = name.split(['.', '/']);
-                    if parts.clone().count() > MAX_TREE_DEPTH {
-                        stray.push((LeafName::Escaped(name), entry));
-                        continue;
-                    }
-                    let branch = parts.fold(&mut root, |b, part| {
-                        b.children.entry(part).or_insert_with(|| {
-                            branches += 1;
-                            Branch::default()
-                        })
-                    });
-                    if self.nodes.len() + branches > MAX_NODES {
-                        return Err(path_error(
-                            origin,
-                            format!("layout=tree would make over {MAX_NODES} entries"),
-                        ));
-                    }
-                    if branch.tensor.is_some() {
-                        // Another name with the same parts (`a.b` and `a/b`) came first.
-                        stray.push((LeafName::Escaped(name), entry));
-                    } else {
-                        branch.tensor = Some(entry);
-                    }
-                }
+                let budget = MAX_NODES.saturating_sub(self.nodes.len());
+                let Some((root, mut stray)) = Branch::plant(&entries, budget) else {
+                    return Err(path_error(
+                        origin,
+                        format!("layout=tree would make over {MAX_NODES} entries"),
+                    ));
+                };
                 self.add_branch(dir, owner, root, &mut stray, true)
             }
         };
@@ -861,6 +838,43 @@ struct Branch<'a> {
     /// The tensor whose name ends here.
     tensor: Option<&'a (Arc<Tensor>, usize)>,
     children: BTreeMap<&'a str, Branch<'a>>,
+}
+
+impl<'a> Branch<'a> {
+    /// The tree of `entries` (sorted by name), with the tensors that find no place in it: names
+    /// of over MAX_TREE_DEPTH parts, and a name whose parts an earlier name already has (`a/b`
+    /// after `a.b`). `None` if it would take more than `budget` directories (hostile names can ask
+    /// for MAX_TREE_DEPTH each).
+    fn plant(
+        entries: &'a [(Arc<Tensor>, usize)],
+        budget: usize,
+    ) -> Option<(Branch<'a>, Vec<Leaf<'a>>)> {
+        let mut root = Branch::default();
+        let mut stray = Vec::new();
+        let mut branches = 0;
+        for entry in entries {
+            let name = &*entry.0.name;
+            let parts = name.split(['.', '/']);
+            if parts.clone().count() > MAX_TREE_DEPTH {
+                stray.push((LeafName::Escaped(name), entry));
+                continue;
+            }
+            let branch = parts.fold(&mut root, |b, part| {
+                b.children.entry(part).or_insert_with(|| {
+                    branches += 1;
+                    Branch::default()
+                })
+            });
+            if branches > budget {
+                return None;
+            }
+            match branch.tensor {
+                Some(_) => stray.push((LeafName::Escaped(name), entry)),
+                None => branch.tensor = Some(entry),
+            }
+        }
+        Some((root, stray))
+    }
 }
 
 /// The reason part of a `path: reason` message.

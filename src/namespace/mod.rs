@@ -249,11 +249,12 @@ impl Tree {
                     src.range(start, tensor.size(), offset - header_len, size)
                 } else {
                     let header = npy::header(tensor).ok_or(ReadError::NotFound)?;
-                    let mut out = window(&header, offset, size).to_vec();
-                    let rest = u64::from(size - out.len() as u32).min(tensor.size());
-                    if rest > 0 {
-                        out.extend(src.pread(start, rest)?);
-                    }
+                    let head = window(&header, offset, size);
+                    let rest = u64::from(size - head.len() as u32).min(tensor.size());
+                    let mut out = vec![0; head.len() + rest as usize];
+                    let (out_head, out_rest) = out.split_at_mut(head.len());
+                    out_head.copy_from_slice(head);
+                    src.read_at(start, out_rest)?;
                     return Ok(Cow::Owned(out));
                 }
             }
@@ -400,10 +401,13 @@ impl Source {
         Ok(self.bytes(first, u64::from(want)))
     }
 
-    /// `len` bytes from `start`, read with `pread` (a copy the daemon may look at: a truncated
-    /// source gives an error here, where reading the mapping would raise SIGBUS).
-    fn pread(&self, start: u64, len: u64) -> Result<Vec<u8>, ReadError> {
-        if !self.intact(start + len) {
+    /// Fills `buf` from `start` with `pread` (a copy the daemon may look at: a truncated source
+    /// gives an error here, where reading the mapping would raise SIGBUS).
+    fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !self.intact(start + buf.len() as u64) {
             return Err(ReadError::SourceChanged);
         }
         let reopened;
@@ -420,12 +424,10 @@ impl Source {
                 &reopened
             }
         };
-        let mut buf = vec![0; len as usize];
-        file.read_exact_at(&mut buf, start).map_err(|e| {
+        file.read_exact_at(buf, start).map_err(|e| {
             warn!("{}: read failed: {e}", self.path.display());
             ReadError::Io
-        })?;
-        Ok(buf)
+        })
     }
 
     /// `len` bytes (fewer at the end of the file) from `start`.
