@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, Parser};
 
+use std::time::Duration;
+
 use crate::namespace::Layout;
+use crate::refresh::{self, Mode};
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 #[derive(Debug, Parser)]
@@ -13,7 +16,8 @@ use crate::namespace::Layout;
     name = "tensormount",
     version,
     after_help = "fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0\n\
-                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict, npy, layout=flat|tree; the generic \
+                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict, npy, layout=flat|tree, \
+                  refresh=auto|inotify|poll|off, refresh_interval=SECS, settle=SECS; the generic \
                   mount options (ro, rw, nodev, nosuid, noexec, noatime, nofail, _netdev, defaults, x-*, ...) \
                   are accepted and ignored (the mount is always read-only)."
 )]
@@ -89,7 +93,7 @@ pub fn invoked_as_helper(argv0: &OsStr) -> bool {
 }
 
 /// The `-o` options tensormount acts on.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub struct MountOptions {
     pub allow_other: bool,
     pub allow_root: bool,
@@ -99,8 +103,30 @@ pub struct MountOptions {
     pub noexec: bool,
     pub npy: bool,
     pub layout: Layout,
+    /// How the mount follows changes of SOURCE.
+    pub refresh: refresh::Settings,
+    /// How long a file seen changing in place must stay unchanged to be interpreted.
+    pub settle: Duration,
     /// `rw` was given (it has no effect: the mount is always read-only).
     pub rw: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            allow_other: false,
+            allow_root: false,
+            auto_unmount: false,
+            fsname: None,
+            strict: false,
+            noexec: false,
+            npy: false,
+            layout: Layout::Flat,
+            refresh: refresh::Settings::default(),
+            settle: Duration::from_secs(1),
+            rw: false,
+        }
+    }
 }
 
 /// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.
@@ -156,6 +182,35 @@ impl MountOptions {
                         "mount option `{opt}`: the layouts are `flat` and `tree`"
                     ));
                 }
+                ("refresh", Some(v)) => {
+                    opts.refresh.mode = match v {
+                        "auto" => Mode::Auto,
+                        "inotify" => Mode::Inotify,
+                        "poll" => Mode::Poll,
+                        "off" => Mode::Off,
+                        _ => {
+                            return Err(format!(
+                                "mount option `{opt}`: the modes are `auto`, `inotify`, `poll` and `off`"
+                            ));
+                        }
+                    }
+                }
+                ("refresh_interval", Some(v)) => match seconds(v) {
+                    Some(d) if !d.is_zero() => opts.refresh.interval = d,
+                    _ => {
+                        return Err(format!(
+                            "mount option `{opt}`: a number of seconds above 0, e.g. 30 or 0.5"
+                        ));
+                    }
+                },
+                ("settle", Some(v)) => match seconds(v) {
+                    Some(d) => opts.settle = d,
+                    None => {
+                        return Err(format!(
+                            "mount option `{opt}`: a number of seconds, e.g. 1 or 0.2"
+                        ));
+                    }
+                },
                 ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
                 ("rw", None) => opts.rw = true,
                 ("comment", Some(_)) => {}
@@ -169,6 +224,12 @@ impl MountOptions {
         }
         Ok(opts)
     }
+}
+
+/// A duration written as seconds, possibly fractional (`30`, `0.5`); at most a day.
+fn seconds(v: &str) -> Option<Duration> {
+    let s: f64 = v.parse().ok()?;
+    (s.is_finite() && (0.0..=86400.0).contains(&s)).then(|| Duration::from_secs_f64(s))
 }
 
 /// Splits `a,b\,c` into `a` and `b,c`; empty items are dropped.
@@ -262,5 +323,40 @@ mod tests {
         assert!(parse(&["allow_other,allow_root"]).is_err());
         let e = parse(&["layout=deep"]).unwrap_err();
         assert!(e.contains("layout=deep") && e.contains("tree"), "{e}");
+        for bad in [
+            "refresh=sometimes",
+            "refresh",
+            "refresh_interval=0",
+            "refresh_interval=-1",
+            "refresh_interval=soon",
+            "refresh_interval=nan",
+            "settle=-0.5",
+            "settle=1e9",
+        ] {
+            let e = parse(&[bad]).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn refresh_options() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.refresh.mode, Mode::Auto);
+        assert_eq!(o.refresh.interval, Duration::from_secs(30));
+        assert_eq!(o.settle, Duration::from_secs(1));
+        let o = parse(&["refresh=poll,refresh_interval=0.25,settle=0"]).unwrap();
+        assert_eq!(o.refresh.mode, Mode::Poll);
+        assert_eq!(o.refresh.interval, Duration::from_millis(250));
+        assert_eq!(o.settle, Duration::ZERO);
+        for (v, mode) in [
+            ("auto", Mode::Auto),
+            ("inotify", Mode::Inotify),
+            ("off", Mode::Off),
+        ] {
+            assert_eq!(
+                parse(&[&format!("refresh={v}")]).unwrap().refresh.mode,
+                mode
+            );
+        }
     }
 }

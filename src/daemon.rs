@@ -11,6 +11,10 @@
 //! Under systemd (`$NOTIFY_SOCKET` set), `READY=1` is sent once `Session::new` has returned, in the
 //! foreground process or the background child (with `MAINPID=`), and `STOPPING=1` when a
 //! termination signal starts the shutdown. A background daemon without `--log-file` logs to syslog.
+//!
+//! The threads that follow SOURCE (refresh, inotify, invalidator) start with the signal thread,
+//! after the mount: the fork still happens while the process has a single thread. SIGUSR1 asks
+//! them for a full rescan.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -24,7 +28,8 @@ use log::{error, info};
 
 use crate::cli::MountOptions;
 use crate::fs::TensorFs;
-use crate::{logging, notify};
+use crate::refresh::Follow;
+use crate::{invalidate, logging, notify};
 
 /// A reason the mount cannot happen, already worded for the user.
 pub type Error = String;
@@ -50,7 +55,7 @@ pub fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Error> {
     let abs = fs::canonicalize(mnt)
         .or_else(|_| std::path::absolute(mnt))
         .map_err(|e| format!("{shown}: {e}"))?;
-    if let Some((fstype, source)) = top_mount(&abs)
+    if let Some(MountEntry { fstype, source, .. }) = top_mount(&abs)
         && fstype.starts_with("fuse")
     {
         {
@@ -78,8 +83,15 @@ fn is_disconnected(e: &io::Error) -> bool {
     )
 }
 
-/// The type and source of the topmost mount at `path`, from /proc/self/mountinfo.
-fn top_mount(path: &Path) -> Option<(String, String)> {
+/// A line of /proc/self/mountinfo.
+struct MountEntry {
+    dev: u64,
+    fstype: String,
+    source: String,
+}
+
+/// The topmost mount at `path`, from /proc/self/mountinfo.
+fn top_mount(path: &Path) -> Option<MountEntry> {
     let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
     let target = path.as_os_str().as_bytes();
     info.lines().rev().find_map(|line| {
@@ -88,10 +100,12 @@ fn top_mount(path: &Path) -> Option<(String, String)> {
             return None;
         }
         let sep = fields.iter().position(|f| *f == "-")?;
-        Some((
-            fields.get(sep + 1)?.to_string(),
-            fields.get(sep + 2)?.to_string(),
-        ))
+        let (major, minor) = fields.get(2)?.split_once(':')?;
+        Some(MountEntry {
+            dev: libc::makedev(major.parse().ok()?, minor.parse().ok()?),
+            fstype: fields.get(sep + 1)?.to_string(),
+            source: fields.get(sep + 2)?.to_string(),
+        })
     })
 }
 
@@ -152,16 +166,27 @@ pub fn fuse_config(opts: &MountOptions, fsname: String, threads: usize) -> Confi
     config
 }
 
-/// Mounts and serves in the foreground until unmounted or signalled.
-pub fn run_foreground(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), Error> {
+/// Mounts and serves in the foreground until unmounted or signalled; `follow`, if given, is
+/// started once mounted.
+pub fn run_foreground(
+    fs: TensorFs,
+    mnt: &Path,
+    config: &Config,
+    follow: Option<Follow>,
+) -> Result<(), Error> {
     block_termination_signals();
     let session = mount(fs, mnt, config)?;
     notify::notify("READY=1");
-    serve(session, mnt)
+    serve(session, mnt, follow)
 }
 
 /// Forks; the child mounts and serves, the parent returns once the mount is live (or failed).
-pub fn run_background(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), Error> {
+pub fn run_background(
+    fs: TensorFs,
+    mnt: &Path,
+    config: &Config,
+    follow: Option<Follow>,
+) -> Result<(), Error> {
     let (read_end, write_end) = cloexec_pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     // SAFETY: no thread has been started yet (the tree is built on this thread and the logger
     // starts none), so the child is a complete copy of a single-threaded process.
@@ -169,7 +194,7 @@ pub fn run_background(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), E
         -1 => Err(format!("cannot fork: {}", io::Error::last_os_error())),
         0 => {
             drop(read_end);
-            let code = match daemon_child(fs, mnt, config, File::from(write_end)) {
+            let code = match daemon_child(fs, mnt, config, File::from(write_end), follow) {
                 Ok(()) => 0,
                 Err(e) => {
                     error!("{e}");
@@ -195,7 +220,13 @@ pub fn run_background(fs: TensorFs, mnt: &Path, config: &Config) -> Result<(), E
     }
 }
 
-fn daemon_child(fs: TensorFs, mnt: &Path, config: &Config, mut ready: File) -> Result<(), Error> {
+fn daemon_child(
+    fs: TensorFs,
+    mnt: &Path,
+    config: &Config,
+    mut ready: File,
+    follow: Option<Follow>,
+) -> Result<(), Error> {
     block_termination_signals();
     // SAFETY: setsid has no memory-safety preconditions.
     unsafe { libc::setsid() };
@@ -215,7 +246,7 @@ fn daemon_child(fs: TensorFs, mnt: &Path, config: &Config, mut ready: File) -> R
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let _ = ready.write_all(b"ready");
     drop(ready);
-    serve(session, mnt)
+    serve(session, mnt, follow)
 }
 
 fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>, Error> {
@@ -238,14 +269,35 @@ fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>,
 }
 
 /// Runs the session until the kernel ends it: `umount`, or a signal handled by the signal thread.
-fn serve(session: Session<TensorFs>, mnt: &Path) -> Result<(), Error> {
+fn serve(session: Session<TensorFs>, mnt: &Path, follow: Option<Follow>) -> Result<(), Error> {
+    let refresh = match follow {
+        Some(f) => Some(
+            f.start(session.notifier(), top_mount(mnt).map(|m| m.dev))
+                .map_err(|e| format!("cannot start the refresh threads: {e}"))?,
+        ),
+        None => None,
+    };
     let target = mnt.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             loop {
                 let sig = wait_termination_signal();
+                if sig == libc::SIGUSR1 {
+                    match &refresh {
+                        Some(r) => {
+                            info!("SIGUSR1: rescanning SOURCE");
+                            r.rescan_all();
+                        }
+                        None => {
+                            info!("SIGUSR1 ignored: the mount does not follow SOURCE (refresh=off)")
+                        }
+                    }
+                    continue;
+                }
                 info!("signal {sig}: unmounting {}", target.display());
+                // A kernel notification sent while the connection goes away could wait forever.
+                invalidate::disarm();
                 notify::notify("STOPPING=1");
                 unmount(&target);
             }
@@ -302,15 +354,15 @@ fn termination_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the set; sigaddset only adds valid signal numbers to it.
     unsafe {
         libc::sigemptyset(set.as_mut_ptr());
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
             libc::sigaddset(set.as_mut_ptr(), sig);
         }
         set.assume_init()
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts later; they are
-/// then only received by [`wait_termination_signal`].
+/// Blocks SIGINT, SIGTERM, SIGHUP and SIGUSR1 in this thread and every thread it starts later;
+/// they are then only received by [`wait_termination_signal`].
 fn block_termination_signals() {
     let set = termination_signals();
     // SAFETY: `set` is an initialised signal set; the old mask is not wanted.

@@ -1,13 +1,16 @@
-//! The FUSE adapter: translates kernel requests into lookups in the immutable [`Tree`] and byte
-//! ranges of its sources. Nothing here decides what the tree holds.
+//! The FUSE adapter: translates kernel requests into lookups in the current [`Snapshot`] (or in
+//! the entries the kernel still holds) and byte ranges of their sources, asks the refresh thread
+//! to look again where a request finds the tree out of date, and counts the lookups the kernel
+//! holds. Nothing here decides what the tree holds.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fuser::{
@@ -18,15 +21,24 @@ use fuser::{
 
 use log::debug;
 
-use crate::namespace::{Attr, Ino, Kind, ReadError, Tree};
+use crate::invalidate::Notice;
+use crate::namespace::{
+    Attr, Content, Ino, Kind, Namespace, Node, ROOT, ReadError, Removed, Snapshot,
+};
+use crate::refresh;
 
-/// Nothing under a mount ever changes, so the kernel may cache names and attributes for long.
+/// Entry and attribute timeouts. The bytes behind an inode never change, and a changed source
+/// gives new inodes whose old names the refresh invalidates, so the kernel may cache for long.
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// `st_blksize`: large, so that tools which size their reads by it make few requests.
 const BLKSIZE: u32 = 1 << 20;
 
 const STATFS_BSIZE: u32 = 4096;
+
+/// The root's extended attributes about the refresh.
+const XATTR_GENERATION: &str = "user.tensormount.refresh_generation";
+const XATTR_MODE: &str = "user.tensormount.refresh_mode";
 
 /// How tensormount talks to the kernel. [`Tuning::default`] is what it uses; [`Tuning::baseline`]
 /// (environment `TENSORMOUNT_TUNING=baseline`) is fuser's defaults with one thread, so that the
@@ -74,24 +86,40 @@ impl Tuning {
     }
 }
 
+/// How the adapter reaches the refresh machinery, when the mount follows its source.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub refresh: refresh::Handle,
+    pub invalidate: Sender<Notice>,
+}
+
 pub struct TensorFs {
-    tree: Tree,
+    ns: Arc<Namespace>,
+    /// `None` with `-o refresh=off`: the tree never changes.
+    live: Option<Live>,
     tuning: Tuning,
-    /// The mode of each mirrored file opened so far: its passthrough backing file (kept for the
-    /// life of the mount; the kernel wants the same one for every open), or `None` for the page
-    /// cache, served by the daemon.
+    /// The mode of each mirrored file opened since the kernel last forgot it: its passthrough
+    /// backing file (the kernel wants the same one for every open of an inode), or `None` for the
+    /// page cache, served by the daemon.
     backing: Mutex<HashMap<Ino, Option<BackingId>>>,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
     passthrough_ok: AtomicBool,
+    /// The snapshot each open directory lists, so that a listing never skips or repeats an entry
+    /// while the directory changes.
+    dirs: Mutex<HashMap<u64, Arc<Snapshot>>>,
+    next_fh: AtomicU64,
 }
 
 impl TensorFs {
-    pub fn new(tree: Tree, tuning: Tuning) -> TensorFs {
+    pub fn new(ns: Arc<Namespace>, live: Option<Live>, tuning: Tuning) -> TensorFs {
         TensorFs {
-            tree,
+            ns,
+            live,
             tuning,
             backing: Mutex::new(HashMap::new()),
             passthrough_ok: AtomicBool::new(tuning.passthrough),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
         }
     }
 
@@ -103,45 +131,93 @@ impl TensorFs {
         }
     }
 
-    fn attr(&self, ino: Ino) -> Option<FileAttr> {
-        Some(file_attr(ino, &self.tree.node(ino)?.attr))
+    /// Counts a reply naming `ino` (found in `snapshot` as `name` in `parent`). If it has just
+    /// left the tree, the kernel is told to forget that name again.
+    fn remember(&self, parent: Ino, name: &[u8], ino: Ino, node: &Node) {
+        if !self.ns.remember(ino, node)
+            && let Some(live) = &self.live
+        {
+            let _ = live.invalidate.send(Notice::Stale(Removed {
+                parent,
+                name: name.into(),
+                ino,
+            }));
+        }
+    }
+
+    /// The error for a read whose source changed under this version: the handle is stale when
+    /// the mount follows its source (a new open sees the new version), EIO when it is frozen.
+    fn changed_errno(&self) -> Errno {
+        if self.live.is_some() {
+            Errno::ESTALE
+        } else {
+            Errno::EIO
+        }
+    }
+
+    /// Whether an open of `ino` must be refused as stale: it left the tree, or its source now holds
+    /// another version (then the tree is brought up to date first). The kernel answers ESTALE from
+    /// an open by looking the path up again, which finds the new inode.
+    fn stale(&self, ino: Ino, node: &Node) -> bool {
+        let Some(live) = &self.live else {
+            return false;
+        };
+        let snapshot = self.ns.current();
+        if snapshot.node(ino).is_none() {
+            return true;
+        }
+        if !node.source().is_some_and(|s| s.moved()) {
+            return false;
+        }
+        let dir = snapshot.real_dir_of(ino);
+        drop(snapshot);
+        live.refresh.rescan(dir);
+        !self.ns.is_current(ino)
     }
 
     /// Opens a file. The kernel wants every open of one inode in the same mode, passthrough or
     /// page cache (mixing them fails the open with EIO), so the first open of each mirrored file
-    /// decides its mode for the life of the mount.
-    fn open_file(&self, ino: Ino, reply: ReplyOpen) {
+    /// decides its mode until the kernel forgets the inode.
+    fn open_file(&self, ino: Ino, node: &Node, reply: ReplyOpen) {
         let flags = self.open_flags(false);
-        if self.tree.mirror_file(ino).is_none() {
+        let Content::Mirror { source, .. } = &node.content else {
+            return reply.opened(FileHandle(0), flags);
+        };
+        if source.file().is_none() {
             return reply.opened(FileHandle(0), flags);
         }
         let Ok(mut backing) = self.backing.lock() else {
             return reply.error(Errno::EIO);
         };
+        let intact = source.intact(source.len());
         let mode = match backing.entry(ino) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.open_backing(ino, &reply)),
+            Entry::Vacant(e) => e.insert(self.open_backing(ino, node, intact, &reply)),
         };
         match mode {
             // The kernel refuses passthrough combined with caching flags (the page cache is the
             // source's).
-            Some(id) if self.tree.mirror_intact(ino) => {
-                reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id)
-            }
-            // Passthrough reads never reach the daemon, so a source changed since the mount can
-            // only be refused here.
-            Some(_) => reply.error(Errno::EIO),
+            Some(id) if intact => reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id),
+            // Passthrough reads never reach the daemon, so a source changed in place can only be
+            // refused here.
+            Some(_) => reply.error(self.changed_errno()),
             None => reply.opened(FileHandle(0), flags),
         }
     }
 
     /// A passthrough backing file for a mirrored file, if the kernel and privileges allow it and
     /// the source is unchanged.
-    fn open_backing(&self, ino: Ino, reply: &ReplyOpen) -> Option<BackingId> {
-        if !self.passthrough_ok.load(Ordering::Relaxed) || !self.tree.mirror_intact(ino) {
+    fn open_backing(
+        &self,
+        ino: Ino,
+        node: &Node,
+        intact: bool,
+        reply: &ReplyOpen,
+    ) -> Option<BackingId> {
+        if !self.passthrough_ok.load(Ordering::Relaxed) || !intact {
             return None;
         }
-        match reply.open_backing(self.tree.mirror_file(ino)?) {
+        match reply.open_backing(node.source()?.file()?) {
             Ok(id) => Some(id),
             Err(err) => {
                 // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
@@ -154,6 +230,43 @@ impl TensorFs {
                 None
             }
         }
+    }
+
+    /// The kernel forgot `n` lookups of `ino`.
+    fn forget_one(&self, ino: Ino, n: u64) {
+        if self.ns.forget(ino, n) {
+            let dropped = self
+                .backing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&ino);
+            drop(dropped);
+        }
+    }
+
+    /// The snapshot an open directory lists.
+    fn listing(&self, fh: FileHandle) -> Arc<Snapshot> {
+        let dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        match dirs.get(&fh.0) {
+            Some(s) => s.clone(),
+            None => {
+                drop(dirs);
+                self.ns.current()
+            }
+        }
+    }
+
+    /// The root's own extended attributes: the refresh generation and mode.
+    fn root_xattr(&self, name: &[u8]) -> Option<Vec<u8>> {
+        let value = match name {
+            n if n == XATTR_GENERATION.as_bytes() => self.ns.applied().to_string(),
+            n if n == XATTR_MODE.as_bytes() => match &self.live {
+                Some(live) => live.refresh.mode().to_string(),
+                None => "off".to_string(),
+            },
+            _ => return None,
+        };
+        Some(value.into_bytes())
     }
 }
 
@@ -213,20 +326,45 @@ impl Filesystem for TensorFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self
-            .tree
-            .lookup(parent.0, name.as_bytes())
-            .and_then(|ino| self.attr(ino))
-        {
-            Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            None if self.tree.children(parent.0).is_none() => reply.error(Errno::ENOTDIR),
-            None => reply.error(Errno::ENOENT),
+        let (parent, name) = (parent.0, name.as_bytes());
+        let mut looked_again = false;
+        loop {
+            let snapshot = self.ns.current();
+            if let Some(ino) = snapshot.lookup(parent, name)
+                && let Some(node) = snapshot.node(ino)
+            {
+                self.remember(parent, name, ino, node);
+                return reply.entry(&TTL, &file_attr(ino, &node.attr), Generation(0));
+            }
+            if snapshot.children(parent).is_none() {
+                // Not a directory, or one that left the tree (nothing new appears in it).
+                let dir = self
+                    .ns
+                    .get(parent)
+                    .is_some_and(|n| n.attr.kind == Kind::Dir);
+                return reply.error(if dir { Errno::ENOENT } else { Errno::ENOTDIR });
+            }
+            // A miss: the source directory may have gained that name since it was last read.
+            match &self.live {
+                Some(live) if !looked_again => {
+                    looked_again = true;
+                    let dir = snapshot.real_dir_of(parent);
+                    drop(snapshot);
+                    live.refresh.revalidate(dir);
+                }
+                _ => return reply.error(Errno::ENOENT),
+            }
         }
     }
 
+    // fuser's default `batch_forget` calls this for each inode.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.forget_one(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino.0) {
-            Some(attr) => reply.attr(&TTL, &attr),
+        match self.ns.get(ino.0) {
+            Some(node) => reply.attr(&TTL, &file_attr(ino.0, &node.attr)),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -235,12 +373,17 @@ impl Filesystem for TensorFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        match self.tree.node(ino.0).map(|n| n.attr.kind) {
-            // The bytes never change: the kernel's page cache is kept across opens.
-            Some(Kind::File) => self.open_file(ino.0, reply),
-            Some(Kind::Dir) => reply.error(Errno::EISDIR),
-            None => reply.error(Errno::ENOENT),
+        let Some(node) = self.ns.get(ino.0) else {
+            return reply.error(Errno::ESTALE);
+        };
+        if node.attr.kind == Kind::Dir {
+            return reply.error(Errno::EISDIR);
         }
+        if self.stale(ino.0, &node) {
+            return reply.error(Errno::ESTALE);
+        }
+        // The bytes behind an inode never change: the kernel's page cache is kept across opens.
+        self.open_file(ino.0, &node, reply);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -255,36 +398,84 @@ impl Filesystem for TensorFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        let Some(node) = self.ns.get(ino.0) else {
+            return reply.error(Errno::ESTALE);
+        };
         // A mapped slice goes straight into the reply's writev: no copy, and no access by the
         // daemon itself.
-        match self.tree.read(ino.0, offset, size) {
+        match node.read(offset, size) {
             Ok(bytes) => reply.data(&bytes),
             Err(ReadError::NotFound) => reply.error(Errno::ENOENT),
             Err(ReadError::IsDir) => reply.error(Errno::EISDIR),
-            Err(ReadError::SourceChanged | ReadError::Io) => reply.error(Errno::EIO),
+            Err(ReadError::SourceChanged) => reply.error(self.changed_errno()),
+            Err(ReadError::Io) => reply.error(Errno::EIO),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.tree.children(ino.0) {
-            Some(_) => reply.opened(FileHandle(0), self.open_flags(true)),
-            None => reply.error(Errno::ENOTDIR),
+        let before = self.ns.current();
+        let Some(node) = before.node(ino.0) else {
+            // A directory that left the tree lists nothing new: serve what the kernel holds.
+            return match self.ns.get(ino.0) {
+                Some(n) if n.attr.kind == Kind::Dir => {
+                    reply.opened(FileHandle(0), FopenFlags::empty())
+                }
+                _ => reply.error(Errno::ENOTDIR),
+            };
+        };
+        if node.attr.kind != Kind::Dir {
+            return reply.error(Errno::ENOTDIR);
         }
+        let mut flags = self.open_flags(true);
+        if let Some(live) = &self.live {
+            let dir = before.real_dir_of(ino.0);
+            let generation = before.generation();
+            drop(before);
+            live.refresh.revalidate(dir);
+            if self.ns.current().generation() != generation {
+                // Just refreshed: the kernel's cached listing may predate it.
+                flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
+            }
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(fh, self.ns.current());
+        reply.opened(FileHandle(fh), flags)
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let dropped = self
+            .dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&fh.0);
+        drop(dropped);
+        reply.ok();
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(entries) = self.dir_entries(ino.0) else {
+        let snapshot = self.listing(fh);
+        let Some(entries) = dir_entries(&snapshot, ino.0) else {
             return reply.error(Errno::ENOTDIR);
         };
         for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
-            let kind = file_type(self.tree.node(child).map_or(Kind::File, |n| n.attr.kind));
+            let kind = file_type(snapshot.node(child).map_or(Kind::File, |n| n.attr.kind));
             if reply.add(INodeNo(child), i as u64 + 1, kind, OsStr::from_bytes(name)) {
                 break;
             }
@@ -296,26 +487,32 @@ impl Filesystem for TensorFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(entries) = self.dir_entries(ino.0) else {
+        let snapshot = self.listing(fh);
+        let Some(entries) = dir_entries(&snapshot, ino.0) else {
             return reply.error(Errno::ENOTDIR);
         };
         for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
-            let Some(attr) = self.attr(child) else {
+            let Some(node) = snapshot.node(child) else {
                 continue;
             };
-            if reply.add(
+            let full = reply.add(
                 INodeNo(child),
                 i as u64 + 1,
                 OsStr::from_bytes(name),
                 &TTL,
-                &attr,
+                &file_attr(child, &node.attr),
                 Generation(0),
-            ) {
+            );
+            if full {
                 break;
+            }
+            // The kernel counts a lookup for every entry but `.` and `..`.
+            if i >= 2 {
+                self.remember(ino.0, name, child, node);
             }
         }
         reply.ok();
@@ -323,8 +520,9 @@ impl Filesystem for TensorFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         // A read-only image: the size of the sources, nothing free.
-        let blocks = self.tree.source_bytes().div_ceil(u64::from(STATFS_BSIZE));
-        let files = self.tree.node_count();
+        let snapshot = self.ns.current();
+        let blocks = snapshot.source_bytes().div_ceil(u64::from(STATFS_BSIZE));
+        let files = snapshot.node_count();
         reply.statfs(
             blocks,
             0,
@@ -338,18 +536,20 @@ impl Filesystem for TensorFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if self.tree.node(ino.0).is_none() {
+        let Some(node) = self.ns.get(ino.0) else {
             return reply.error(Errno::ENOENT);
-        }
+        };
         let name = name.as_bytes();
         if !name.starts_with(b"user.") {
             // Namespaces this filesystem does not serve (security., system., trusted.). Never
             // ENOSYS: the kernel would then switch off every xattr of the mount.
             return reply.error(Errno::EOPNOTSUPP);
         }
-        let value = std::str::from_utf8(name)
-            .ok()
-            .and_then(|n| self.tree.xattr(ino.0, n));
+        let value = match ino.0 {
+            ROOT => self.root_xattr(name),
+            _ => None,
+        }
+        .or_else(|| std::str::from_utf8(name).ok().and_then(|n| node.xattr(n)));
         match value {
             Some(v) => reply_xattr(reply, size, &v),
             None => reply.error(Errno::NO_XATTR),
@@ -357,11 +557,17 @@ impl Filesystem for TensorFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if self.tree.node(ino.0).is_none() {
+        let Some(node) = self.ns.get(ino.0) else {
             return reply.error(Errno::ENOENT);
-        }
+        };
         let mut list = Vec::new();
-        for name in self.tree.xattr_names(ino.0) {
+        let own = (ino.0 == ROOT).then_some([XATTR_GENERATION, XATTR_MODE]);
+        for name in node
+            .xattr_names()
+            .iter()
+            .map(String::as_str)
+            .chain(own.into_iter().flatten())
+        {
             list.extend_from_slice(name.as_bytes());
             list.push(0);
         }
@@ -554,15 +760,13 @@ impl Filesystem for TensorFs {
     }
 }
 
-impl TensorFs {
-    /// `.`, `..` and the children of a directory, in listing order.
-    fn dir_entries(&self, ino: Ino) -> Option<impl Iterator<Item = (Ino, &[u8])>> {
-        let children = self.tree.children(ino)?;
-        let parent = self.tree.node(ino)?.parent;
-        let dots = [(ino, &b"."[..]), (parent, &b".."[..])];
-        let named = children
-            .iter()
-            .filter_map(|&c| Some((c, &self.tree.node(c)?.name[..])));
-        Some(dots.into_iter().chain(named))
-    }
+/// `.`, `..` and the children of a directory, in listing order.
+fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (Ino, &[u8])>> {
+    let children = snapshot.children(ino)?;
+    let parent = snapshot.node(ino)?.parent;
+    let dots = [(ino, &b"."[..]), (parent, &b".."[..])];
+    let named = children
+        .iter()
+        .filter_map(|&c| Some((c, &snapshot.node(c)?.name[..])));
+    Some(dots.into_iter().chain(named))
 }

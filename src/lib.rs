@@ -5,8 +5,11 @@
 //! - [`index`]: parses the index of a sharded set;
 //! - [`names`]: tensor names as file names;
 //! - [`npy`]: NPY headers for the `-o npy` view;
-//! - [`namespace`]: the immutable tree built once at mount;
-//! - [`fs`]: the thin fuser adapter over that tree;
+//! - [`namespace`]: the tree as immutable snapshots, and the writer that turns changes of SOURCE
+//!   into new snapshots plus a diff;
+//! - [`refresh`] and [`inotify`]: the thread that finds changes and has them applied;
+//! - [`fs`]: the thin fuser adapter over the current snapshot;
+//! - [`invalidate`]: diffs turned into kernel cache notifications, on a thread of their own;
 //! - [`listing`]: `--list` output;
 //! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals;
 //! - [`logging`] and [`notify`]: where log records go, and systemd's readiness protocol.
@@ -22,9 +25,12 @@ pub mod daemon;
 pub mod format;
 pub mod fs;
 pub mod index;
+pub mod inotify;
+pub mod invalidate;
 pub mod listing;
 pub mod logging;
 pub mod names;
 pub mod namespace;
 pub mod notify;
 pub mod npy;
+pub mod refresh;

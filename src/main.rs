@@ -5,9 +5,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use std::sync::Arc;
+
 use tensormount::cli::{self, Args, MountOptions};
-use tensormount::fs::{TensorFs, Tuning};
-use tensormount::namespace::{Options, Tree};
+use tensormount::fs::{Live, TensorFs, Tuning};
+use tensormount::namespace::{Namespace, Options, Writer};
+use tensormount::refresh::{Follow, Mode};
 use tensormount::{daemon, listing, logging};
 
 fn main() -> ExitCode {
@@ -40,9 +43,10 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         strict: opts.strict,
         layout: opts.layout,
         npy: opts.npy,
+        settle: opts.settle,
     };
     if args.list {
-        let tree = Tree::build(&args.source, &build).map_err(|e| e.to_string())?;
+        let (_, tree) = Writer::build(&args.source, &build).map_err(|e| e.to_string())?;
         let rows = tree.list();
         let out = if args.json {
             listing::json(&rows)
@@ -59,17 +63,28 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     let source = std::fs::canonicalize(&args.source)
         .map_err(|e| format!("{}: {e}", args.source.display()))?;
     let mnt = daemon::check_mountpoint(&mountpoint)?;
-    let tree = Tree::build(&source, &build).map_err(|e| e.to_string())?;
+    let (writer, tree) = Writer::build(&source, &build).map_err(|e| e.to_string())?;
     let fsname = opts
         .fsname
         .clone()
         .unwrap_or_else(|| source.to_string_lossy().into_owned());
     let tuning = Tuning::from_env();
     let config = daemon::fuse_config(&opts, fsname, tuning.threads);
-    let fs = TensorFs::new(tree, tuning);
-    if args.foreground && !helper {
-        daemon::run_foreground(fs, &mnt, &config)
+    let live = opts.refresh.mode != Mode::Off;
+    let ns = Arc::new(Namespace::new(tree, live));
+    let (follow, fs) = if live {
+        let (follow, refresh, invalidate) = Follow::new(writer, ns.clone(), opts.refresh);
+        let live = Live {
+            refresh,
+            invalidate,
+        };
+        (Some(follow), TensorFs::new(ns, Some(live), tuning))
     } else {
-        daemon::run_background(fs, &mnt, &config)
+        (None, TensorFs::new(ns, None, tuning))
+    };
+    if args.foreground && !helper {
+        daemon::run_foreground(fs, &mnt, &config, follow)
+    } else {
+        daemon::run_background(fs, &mnt, &config, follow)
     }
 }

@@ -1,30 +1,52 @@
-//! The mounted tree, built once at mount ([`build`]) and never changed: inodes, names, attributes,
-//! xattrs and the byte range behind every file. This module answers questions about it.
+//! The namespace: what the mount shows, as immutable [`Snapshot`]s (inodes, names, attributes,
+//! xattrs and the byte range behind every file), and how a changing source turns into new
+//! snapshots plus a [`Diff`].
 //!
-//! The daemon never reads mapped source bytes itself: [`Tree::read`] only hands slices to the FUSE
-//! adapter, which passes them to the kernel, so a source truncated later gives the reader EIO instead
-//! of killing the daemon with SIGBUS. The one copy it makes (the tensor bytes after an NPY header)
-//! is read with `pread`, for the same reason.
+//! - [`source`]: one [`Source`] per version of a source file, reused while the file is unchanged;
+//! - [`scan`]: what one source directory holds, and which files are still being written;
+//! - [`claims`]: which generated directory wins a name;
+//! - [`sets`]: sharded sets, their indexes checked against their shards;
+//! - [`layout`]: the files of a tensor directory (flat or tree, NPY views, `__metadata__`);
+//! - [`draft`]: a directory's wanted content, before inode numbers;
+//! - [`commit`]: drafts merged into the previous snapshot, reusing inode numbers by identity;
+//! - [`writer`]: the whole build at mount and the rescans after it;
+//! - [`live`]: the published snapshot, the kernel's lookup counts and the entries it still holds.
+//!
+//! Inode numbers are never reused during a mount, and the bytes behind an inode never change: a
+//! file whose source changes becomes a new inode. Unchanged entries keep theirs.
+//!
+//! The daemon never reads mapped source bytes itself: [`Node::read`] only hands slices to the FUSE
+//! adapter, which passes them to the kernel, so a source truncated later gives the reader an error
+//! instead of killing the daemon with SIGBUS. The one copy it makes (the tensor bytes after an NPY
+//! header) is read with `pread`, for the same reason.
 
-mod build;
+mod claims;
+mod commit;
+mod draft;
+mod layout;
+mod live;
+mod scan;
+mod sets;
+mod source;
+mod table;
+mod writer;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
-
-use log::warn;
-
-use memmap2::Mmap;
+use std::time::{Duration, SystemTime};
 
 use crate::format::Tensor;
 use crate::npy;
+
+pub use live::Namespace;
+pub use source::{FileId, Source, Version};
+pub use writer::{Diff, Removed, Writer};
+
+use table::Table;
 
 /// Inode number; the root is 1.
 pub type Ino = u64;
@@ -47,12 +69,16 @@ const XATTR_LIST_MAX: usize = 65536;
 
 const XATTR_PREFIX: &str = "user.safetensors.";
 
+/// A tree larger than this is refused: symbolic links (to `/`, or several to one large directory)
+/// can make a mirror grow without bound.
+const MAX_NODES: usize = 1 << 24;
+
 /// Why a read cannot be answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadError {
     NotFound,
     IsDir,
-    /// The source was truncated or modified in place since the mount.
+    /// The source was truncated or modified in place since this version was found.
     SourceChanged,
     /// Reading the source failed.
     Io,
@@ -77,15 +103,32 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
+fn path_error(path: &Path, e: impl fmt::Display) -> BuildError {
+    BuildError(format!("{}: {e}", path.display()))
+}
+
 /// How to build the tree.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Options {
-    /// Fail on any invalid safetensors file or broken index instead of warning.
+    /// Fail on any invalid safetensors file or broken index instead of warning (at mount).
     pub strict: bool,
     /// How tensor files are laid out in each `NAME.tensors/` directory.
     pub layout: Layout,
     /// Also show each tensor numpy can describe as `NAME.npy`.
     pub npy: bool,
+    /// A file seen changing in place is interpreted only once unchanged for this long.
+    pub settle: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            strict: false,
+            layout: Layout::Flat,
+            npy: false,
+            settle: Duration::from_secs(1),
+        }
+    }
 }
 
 /// How tensor files are laid out in a tensor directory.
@@ -105,7 +148,7 @@ pub enum Kind {
 }
 
 /// What `stat` shows.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {
     pub kind: Kind,
     pub size: u64,
@@ -117,8 +160,8 @@ pub struct Attr {
     pub nlink: u32,
 }
 
-/// A file or directory of the tree.
-#[derive(Debug)]
+/// A file or directory of a snapshot. Cheap to clone: its parts are shared.
+#[derive(Debug, Clone)]
 pub struct Node {
     /// Shared with the tensor's name when the file name is the tensor name itself.
     pub name: Arc<[u8]>,
@@ -127,56 +170,152 @@ pub struct Node {
     pub content: Content,
 }
 
-#[derive(Debug)]
+/// Extended attributes of a directory, by full name.
+pub type Xattrs = BTreeMap<String, String>;
+
+#[derive(Debug, Clone)]
 pub enum Content {
-    /// Children sorted by the bytes of their names; xattrs of a tensor directory.
-    Dir {
-        children: Vec<Ino>,
-        xattrs: Arc<BTreeMap<String, String>>,
-    },
-    /// A mirrored file: the whole source, and why it is not a valid safetensors file, if it is not.
+    Dir(Dir),
+    /// A mirrored file: the whole source, and why it is not what its name claims, if it is not.
     Mirror {
-        source: usize,
+        source: Arc<Source>,
         error: Option<Arc<str>>,
     },
     /// One tensor of a source.
-    Tensor { source: usize, tensor: Arc<Tensor> },
+    Tensor {
+        source: Arc<Source>,
+        tensor: Arc<Tensor>,
+    },
     /// One tensor of a source after a synthesized NPY header (the file size minus the tensor size).
-    Npy { source: usize, tensor: Arc<Tensor> },
+    Npy {
+        source: Arc<Source>,
+        tensor: Arc<Tensor>,
+    },
     /// Generated bytes (the `__metadata__` JSON).
     Generated(Arc<[u8]>),
 }
 
-/// A mapped source file.
-#[derive(Debug)]
-pub struct Source {
-    /// Absolute path, links resolved.
-    pub path: PathBuf,
-    pub len: u64,
-    /// Owner, permissions and times as of the open, for the attributes of its tensor files.
-    meta: std::fs::Metadata,
-    /// `None` for an empty file (nothing to map).
-    map: Option<Mmap>,
-    /// Kept open (when the descriptor limit allows) to notice a truncation or an in-place rewrite.
-    file: Option<File>,
-    /// Set once that has been noticed (and warned about).
-    changed: AtomicBool,
-    /// For `.safetensors` files: the parsed header, or why it is invalid.
-    header: Option<Result<Arc<Parsed>, Arc<str>>>,
+#[derive(Debug, Clone)]
+pub struct Dir {
+    /// Sorted by the bytes of their names.
+    pub children: Arc<[Ino]>,
+    pub xattrs: Arc<Xattrs>,
+    pub origin: Origin,
 }
 
-#[derive(Debug)]
-struct Parsed {
-    data_start: u64,
-    tensors: Vec<Arc<Tensor>>,
-    metadata: Option<BTreeMap<String, String>>,
+/// Where a directory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A directory of SOURCE (mirrored).
+    Real(FileId),
+    /// Made by tensormount: `NAME.tensors/`, a merged set, a directory of the tree layout, or the
+    /// root of a single-file mount.
+    Generated,
 }
 
-/// The whole mounted tree.
-#[derive(Debug)]
-pub struct Tree {
-    nodes: Vec<Node>,
-    sources: Vec<Source>,
+impl Node {
+    pub fn dir(&self) -> Option<&Dir> {
+        match &self.content {
+            Content::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The source whose bytes this file shows.
+    pub fn source(&self) -> Option<&Arc<Source>> {
+        match &self.content {
+            Content::Mirror { source, .. }
+            | Content::Tensor { source, .. }
+            | Content::Npy { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Up to `size` bytes of a file from `offset`: a slice of the source mapping (never read by the
+    /// daemon itself), or, for the first bytes of an NPY view, the header followed by tensor bytes
+    /// read with `pread`. Fails if the source no longer holds this version's bytes.
+    pub fn read(&self, offset: u64, size: u32) -> Result<Cow<'_, [u8]>, ReadError> {
+        let mapped = match &self.content {
+            Content::Mirror { source, .. } => source.range(0, self.attr.size, offset, size),
+            Content::Tensor { source, tensor } => source.range(
+                source.data_start() + tensor.begin,
+                tensor.size(),
+                offset,
+                size,
+            ),
+            Content::Npy { source, tensor } => {
+                let start = source.data_start() + tensor.begin;
+                let header_len = self.attr.size - tensor.size();
+                if offset >= header_len {
+                    source.range(start, tensor.size(), offset - header_len, size)
+                } else {
+                    let header = npy::header(tensor).ok_or(ReadError::NotFound)?;
+                    let head = window(&header, offset, size);
+                    let rest = u64::from(size - head.len() as u32).min(tensor.size());
+                    let mut out = vec![0; head.len() + rest as usize];
+                    let (out_head, out_rest) = out.split_at_mut(head.len());
+                    out_head.copy_from_slice(head);
+                    source.read_at(start, out_rest)?;
+                    return Ok(Cow::Owned(out));
+                }
+            }
+            Content::Generated(bytes) => Ok(window(bytes, offset, size)),
+            Content::Dir(_) => Err(ReadError::IsDir),
+        };
+        mapped.map(Cow::Borrowed)
+    }
+
+    /// The names of the extended attributes, in a stable order.
+    pub fn xattr_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        match &self.content {
+            Content::Tensor { tensor, .. } | Content::Npy { tensor, .. } => {
+                for key in ["dtype", "shape", "data_offsets", "offset", "source", "name"] {
+                    if key != "name" || tensor.name.len() <= XATTR_SIZE_MAX {
+                        names.push(format!("{XATTR_PREFIX}{key}"));
+                    }
+                }
+                if matches!(self.content, Content::Npy { .. }) {
+                    names.push(format!("{XATTR_PREFIX}npy_header_len"));
+                }
+            }
+            Content::Dir(d) => names.extend(d.xattrs.keys().cloned()),
+            Content::Mirror { error: Some(_), .. } => names.push(format!("{XATTR_PREFIX}error")),
+            Content::Mirror { error: None, .. } | Content::Generated(_) => {}
+        }
+        names
+    }
+
+    /// The value of one extended attribute, or `None` if there is no such attribute.
+    pub fn xattr(&self, name: &str) -> Option<Vec<u8>> {
+        let key = name.strip_prefix(XATTR_PREFIX)?;
+        let value = match &self.content {
+            Content::Tensor { source, tensor } | Content::Npy { source, tensor } => match key {
+                "dtype" => tensor.dtype_name(),
+                "shape" => tensor.shape_json(),
+                "data_offsets" => format!("[{},{}]", tensor.begin, tensor.end),
+                "offset" => (source.data_start() + tensor.begin).to_string(),
+                "source" => return Some(source.path.as_os_str().as_bytes().to_vec()),
+                "name" if tensor.name.len() <= XATTR_SIZE_MAX => tensor.name.to_string(),
+                "npy_header_len" if matches!(self.content, Content::Npy { .. }) => {
+                    (self.attr.size - tensor.size()).to_string()
+                }
+                _ => return None,
+            },
+            Content::Dir(d) => d.xattrs.get(name)?.clone(),
+            Content::Mirror { error: Some(e), .. } if key == "error" => e.to_string(),
+            _ => return None,
+        };
+        Some(value.into_bytes())
+    }
+}
+
+/// One state of the whole tree. Immutable once published; each request works on one.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    nodes: Table,
+    generation: u64,
+    source_bytes: u64,
 }
 
 /// One tensor as `--list` shows it.
@@ -187,141 +326,67 @@ pub struct Listed<'a> {
     pub offset: u64,
 }
 
-impl Tree {
+impl Snapshot {
     pub fn node(&self, ino: Ino) -> Option<&Node> {
-        let index = usize::try_from(ino.checked_sub(1)?).ok()?;
-        self.nodes.get(index)
+        self.nodes.get(ino)
     }
 
-    /// The open source file behind a mirrored file (for kernel passthrough), if one was kept.
-    pub fn mirror_file(&self, ino: Ino) -> Option<&File> {
-        match &self.node(ino)?.content {
-            Content::Mirror { source, .. } => self.sources[*source].file.as_ref(),
-            _ => None,
-        }
-    }
-
-    /// Whether a mirrored file's source still holds what it held at mount time (true for others).
-    pub fn mirror_intact(&self, ino: Ino) -> bool {
-        match self.node(ino).map(|n| &n.content) {
-            Some(Content::Mirror { source, .. }) => {
-                let src = &self.sources[*source];
-                src.intact(src.len)
-            }
-            _ => true,
-        }
+    /// Counts the refreshes applied: 0 for the tree built at mount.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The children of a directory, sorted by name.
     pub fn children(&self, ino: Ino) -> Option<&[Ino]> {
-        match &self.node(ino)?.content {
-            Content::Dir { children, .. } => Some(children),
-            _ => None,
-        }
+        Some(&self.node(ino)?.dir()?.children)
     }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Option<Ino> {
         let children = self.children(parent)?;
         let i = children
-            .binary_search_by(|&c| self.nodes[(c - 1) as usize].name[..].cmp(name))
+            .binary_search_by(|&c| self.name_of(c).cmp(name))
             .ok()?;
         Some(children[i])
     }
 
-    /// Up to `size` bytes of a file from `offset`: a slice of the source mapping (never read by the
-    /// daemon itself), or, for the first bytes of an NPY view, the header followed by tensor bytes
-    /// read with `pread`. Fails if the source no longer holds what it held at mount time.
+    fn name_of(&self, ino: Ino) -> &[u8] {
+        self.node(ino).map_or(&[][..], |n| &n.name[..])
+    }
+
+    /// Up to `size` bytes of a file from `offset` (see [`Node::read`]).
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Cow<'_, [u8]>, ReadError> {
-        let node = self.node(ino).ok_or(ReadError::NotFound)?;
-        let mapped = match &node.content {
-            Content::Mirror { source, .. } => {
-                self.sources[*source].range(0, node.attr.size, offset, size)
-            }
-            Content::Tensor { source, tensor } => {
-                let src = &self.sources[*source];
-                src.range(src.data_start() + tensor.begin, tensor.size(), offset, size)
-            }
-            Content::Npy { source, tensor } => {
-                let src = &self.sources[*source];
-                let start = src.data_start() + tensor.begin;
-                let header_len = node.attr.size - tensor.size();
-                if offset >= header_len {
-                    src.range(start, tensor.size(), offset - header_len, size)
-                } else {
-                    let header = npy::header(tensor).ok_or(ReadError::NotFound)?;
-                    let head = window(&header, offset, size);
-                    let rest = u64::from(size - head.len() as u32).min(tensor.size());
-                    let mut out = vec![0; head.len() + rest as usize];
-                    let (out_head, out_rest) = out.split_at_mut(head.len());
-                    out_head.copy_from_slice(head);
-                    src.read_at(start, out_rest)?;
-                    return Ok(Cow::Owned(out));
-                }
-            }
-            Content::Generated(bytes) => Ok(window(bytes, offset, size)),
-            Content::Dir { .. } => Err(ReadError::IsDir),
-        };
-        mapped.map(Cow::Borrowed)
+        self.node(ino)
+            .ok_or(ReadError::NotFound)?
+            .read(offset, size)
+    }
+
+    pub fn xattr_names(&self, ino: Ino) -> Vec<String> {
+        self.node(ino).map(Node::xattr_names).unwrap_or_default()
+    }
+
+    pub fn xattr(&self, ino: Ino, name: &str) -> Option<Vec<u8>> {
+        self.node(ino)?.xattr(name)
     }
 
     /// Total size of all sources, for `statfs`.
     pub fn source_bytes(&self) -> u64 {
-        self.sources.iter().map(|s| s.len).sum()
+        self.source_bytes
     }
 
     pub fn node_count(&self) -> u64 {
         self.nodes.len() as u64
     }
 
-    /// The names of the extended attributes of a node, in a stable order.
-    pub fn xattr_names(&self, ino: Ino) -> Vec<String> {
-        let Some(node) = self.node(ino) else {
-            return Vec::new();
-        };
-        let mut names = Vec::new();
-        match &node.content {
-            Content::Tensor { tensor, .. } | Content::Npy { tensor, .. } => {
-                for key in ["dtype", "shape", "data_offsets", "offset", "source", "name"] {
-                    if key != "name" || tensor.name.len() <= XATTR_SIZE_MAX {
-                        names.push(format!("{XATTR_PREFIX}{key}"));
-                    }
-                }
-                if matches!(node.content, Content::Npy { .. }) {
-                    names.push(format!("{XATTR_PREFIX}npy_header_len"));
-                }
+    /// The nearest directory of SOURCE at or above `ino` (the root for a single-file mount): the
+    /// directory to rescan when `ino` looks out of date.
+    pub fn real_dir_of(&self, mut ino: Ino) -> Ino {
+        while let Some(node) = self.node(ino) {
+            if ino == ROOT || matches!(node.dir().map(|d| d.origin), Some(Origin::Real(_))) {
+                return ino;
             }
-            Content::Dir { xattrs, .. } => names.extend(xattrs.keys().cloned()),
-            Content::Mirror { error: Some(_), .. } => names.push(format!("{XATTR_PREFIX}error")),
-            Content::Mirror { error: None, .. } | Content::Generated(_) => {}
+            ino = node.parent;
         }
-        names
-    }
-
-    /// The value of one extended attribute, or `None` if the node has no such attribute.
-    pub fn xattr(&self, ino: Ino, name: &str) -> Option<Vec<u8>> {
-        let node = self.node(ino)?;
-        let key = name.strip_prefix(XATTR_PREFIX)?;
-        let value = match &node.content {
-            Content::Tensor { source, tensor } | Content::Npy { source, tensor } => {
-                let src = &self.sources[*source];
-                match key {
-                    "dtype" => tensor.dtype_name(),
-                    "shape" => tensor.shape_json(),
-                    "data_offsets" => format!("[{},{}]", tensor.begin, tensor.end),
-                    "offset" => (src.data_start() + tensor.begin).to_string(),
-                    "source" => return Some(src.path.as_os_str().as_bytes().to_vec()),
-                    "name" if tensor.name.len() <= XATTR_SIZE_MAX => tensor.name.to_string(),
-                    "npy_header_len" if matches!(node.content, Content::Npy { .. }) => {
-                        (node.attr.size - tensor.size()).to_string()
-                    }
-                    _ => return None,
-                }
-            }
-            Content::Dir { xattrs, .. } => xattrs.get(name)?.clone(),
-            Content::Mirror { error: Some(e), .. } if key == "error" => e.to_string(),
-            _ => return None,
-        };
-        Some(value.into_bytes())
+        ROOT
     }
 
     /// Every tensor file, in path order, for `--list`.
@@ -329,11 +394,13 @@ impl Tree {
         let mut out = Vec::new();
         let mut stack = vec![(ROOT, String::new())];
         while let Some((ino, path)) = stack.pop() {
-            let node = &self.nodes[(ino - 1) as usize];
+            let Some(node) = self.node(ino) else {
+                continue;
+            };
             match &node.content {
-                Content::Dir { children, .. } => {
-                    for &c in children.iter().rev() {
-                        let name = String::from_utf8_lossy(&self.nodes[(c - 1) as usize].name);
+                Content::Dir(d) => {
+                    for &c in d.children.iter().rev() {
+                        let name = String::from_utf8_lossy(self.name_of(c));
                         let child = if path.is_empty() {
                             name.into_owned()
                         } else {
@@ -342,101 +409,15 @@ impl Tree {
                         stack.push((c, child));
                     }
                 }
-                Content::Tensor { source, tensor } => {
-                    let src = &self.sources[*source];
-                    out.push(Listed {
-                        path,
-                        tensor,
-                        source: &src.path,
-                        offset: src.data_start() + tensor.begin,
-                    });
-                }
+                Content::Tensor { source, tensor } => out.push(Listed {
+                    path,
+                    tensor,
+                    source: &source.path,
+                    offset: source.data_start() + tensor.begin,
+                }),
                 _ => {}
             }
         }
         out
-    }
-}
-
-impl Source {
-    fn data_start(&self) -> u64 {
-        match &self.header {
-            Some(Ok(p)) => p.data_start,
-            _ => 0,
-        }
-    }
-
-    /// Whether the file still holds, up to `end`, the bytes it had at mount time: not shorter, and
-    /// not modified since (same mtime). One `fstat`, measured within noise of a read.
-    fn intact(&self, end: u64) -> bool {
-        let Some(file) = &self.file else {
-            return true;
-        };
-        let ok = file.metadata().is_ok_and(|now| {
-            now.len() >= end
-                && now.mtime() == self.meta.mtime()
-                && now.mtime_nsec() == self.meta.mtime_nsec()
-        });
-        if !ok && !self.changed.swap(true, Ordering::Relaxed) {
-            warn!(
-                "{}: changed since it was mounted (truncated or rewritten in place); reads of it fail \
-                 with EIO until remount",
-                self.path.display()
-            );
-        }
-        ok
-    }
-
-    /// Up to `size` bytes from `offset` of the `len` bytes at `start`, as a slice of the mapping,
-    /// once checked against changes.
-    fn range(&self, start: u64, len: u64, offset: u64, size: u32) -> Result<&[u8], ReadError> {
-        let want = size.min(len.saturating_sub(offset).min(u32::MAX as u64) as u32);
-        if want == 0 {
-            return Ok(&[]);
-        }
-        let first = start + offset;
-        if !self.intact(first + u64::from(want)) {
-            return Err(ReadError::SourceChanged);
-        }
-        Ok(self.bytes(first, u64::from(want)))
-    }
-
-    /// Fills `buf` from `start` with `pread` (a copy the daemon may look at: a truncated source
-    /// gives an error here, where reading the mapping would raise SIGBUS).
-    fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<(), ReadError> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        if !self.intact(start + buf.len() as u64) {
-            return Err(ReadError::SourceChanged);
-        }
-        let reopened;
-        let file = match &self.file {
-            Some(f) => f,
-            None => {
-                // No descriptor was kept (descriptor limit): reopen, and refuse another file now
-                // at that path.
-                reopened = File::open(&self.path).map_err(|_| ReadError::Io)?;
-                let now = reopened.metadata().map_err(|_| ReadError::Io)?;
-                if (now.dev(), now.ino()) != (self.meta.dev(), self.meta.ino()) {
-                    return Err(ReadError::SourceChanged);
-                }
-                &reopened
-            }
-        };
-        file.read_exact_at(buf, start).map_err(|e| {
-            warn!("{}: read failed: {e}", self.path.display());
-            ReadError::Io
-        })
-    }
-
-    /// `len` bytes (fewer at the end of the file) from `start`.
-    fn bytes(&self, start: u64, len: u64) -> &[u8] {
-        let Some(map) = &self.map else {
-            return &[];
-        };
-        let start = start.min(map.len() as u64) as usize;
-        let end = (start as u64).saturating_add(len).min(map.len() as u64) as usize;
-        &map[start..end]
     }
 }

@@ -1,0 +1,130 @@
+//! Telling the kernel what changed: refresh diffs turned into FUSE notifications, sent from a
+//! thread of its own, never from a request handler and never while holding a lock that handlers
+//! take (a notification can wait on a request in progress, hence deadlocks elsewhere).
+//!
+//! Per diff, for what the kernel holds only:
+//! - each name that no longer leads to its inode: `delete(parent, ino, name)` (inotify watchers on
+//!   the mount see it deleted), or `inval_entry` where the kernel refuses that (a directory in
+//!   use). Over [`MAX_PER_DIR`] such names in one directory, the directory's own entry is
+//!   invalidated instead, which drops everything cached below it;
+//! - each directory whose entries or attributes changed: `inval_inode(dir)`, which drops its
+//!   cached listing and attributes;
+//! - never a file's pages: the bytes behind an inode never change.
+//!
+//! Then the diff's generation is marked applied (the root's `user.tensormount.refresh_generation`).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+
+use fuser::{INodeNo, Notifier};
+use log::debug;
+
+use crate::namespace::{Diff, Ino, Namespace, ROOT, Removed};
+
+/// Above this many changed names in one directory, its entry is invalidated as a whole.
+const MAX_PER_DIR: usize = 4096;
+
+/// Set once unmounting starts: a notification then could wait forever on a dying connection.
+static DISARMED: AtomicBool = AtomicBool::new(false);
+
+/// Stops all notifications (at unmount).
+pub fn disarm() {
+    DISARMED.store(true, Ordering::SeqCst);
+}
+
+#[derive(Debug)]
+pub enum Notice {
+    /// A refresh was published.
+    Diff(Diff),
+    /// A reply named an inode that had just left the tree: its name must not stay cached.
+    Stale(Removed),
+}
+
+/// The channel to the invalidator, made before it starts.
+pub fn channel() -> (Sender<Notice>, Receiver<Notice>) {
+    mpsc::channel()
+}
+
+/// Starts the invalidator thread.
+pub fn start(notifier: Notifier, ns: Arc<Namespace>, rx: Receiver<Notice>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("invalidate".into())
+        .spawn(move || {
+            for notice in rx {
+                if DISARMED.load(Ordering::SeqCst) {
+                    continue;
+                }
+                match notice {
+                    Notice::Diff(diff) => {
+                        send_diff(&notifier, &ns, &diff);
+                        ns.set_applied(diff.generation);
+                    }
+                    Notice::Stale(r) => delete(&notifier, &r),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn send_diff(notifier: &Notifier, ns: &Namespace, diff: &Diff) {
+    let mut by_dir: BTreeMap<Ino, Vec<&Removed>> = BTreeMap::new();
+    for r in diff.removed.iter().filter(|r| ns.held(r.ino)) {
+        by_dir.entry(r.parent).or_default().push(r);
+    }
+    let snapshot = ns.current();
+    for (dir, removed) in by_dir {
+        if removed.len() > MAX_PER_DIR
+            && let Some(node) = snapshot.node(dir)
+            && dir != ROOT
+        {
+            debug!(
+                "{} names changed in inode {dir}: invalidating it whole",
+                removed.len()
+            );
+            let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
+            check(notifier.inval_entry(INodeNo(node.parent), OsStr::from_bytes(&node.name)));
+            continue;
+        }
+        for r in removed {
+            delete(notifier, r);
+        }
+    }
+    drop(snapshot);
+    for &dir in &diff.changed_dirs {
+        if dir == ROOT || ns.held(dir) {
+            check(notifier.inval_inode(INodeNo(dir), 0, 0));
+        }
+    }
+}
+
+/// The name `r.name` in `r.parent` no longer leads to `r.ino`.
+fn delete(notifier: &Notifier, r: &Removed) {
+    let name = OsStr::from_bytes(&r.name);
+    match notifier.delete(INodeNo(r.parent), INodeNo(r.ino), name) {
+        // A directory still in use (ENOTEMPTY) or a mount point (EBUSY): at least make the name
+        // be looked up again.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EBUSY)) => {
+            check(notifier.inval_entry(INodeNo(r.parent), name))
+        }
+        other => check(other),
+    }
+}
+
+/// Disarms on a connection that is gone; other failures only mean the kernel had nothing cached.
+fn check(result: io::Result<()>) {
+    if let Err(e) = result {
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::ENODEV | libc::ENOTCONN | libc::EBADF)
+        ) {
+            disarm();
+        } else {
+            debug!("notification refused: {e}");
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The files of a tensor directory: one per tensor, named after the whole tensor name (flat) or
+//! nested by its parts (`layout=tree`), NPY views beside them (`npy`), and `__metadata__`.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use log::{debug, warn};
+use serde_json::Value;
+
+use super::draft::{self, Draft};
+use super::{
+    Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source, TENSOR_FILE, XATTR_LIST_MAX,
+    XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs,
+};
+use crate::format::Tensor;
+use crate::names::Shortener;
+use crate::npy;
+
+/// A tensor with the source it is served from.
+pub(super) type Entry = (Arc<Tensor>, Arc<Source>);
+
+/// The entries of a tensor directory whose attributes come from `owner` (the file or index it
+/// stands for). `budget`: how many directories `layout=tree` may make.
+pub(super) fn tensor_dir(
+    options: &Options,
+    owner: &Metadata,
+    mut entries: Vec<Entry>,
+    metadata_json: Option<Arc<[u8]>>,
+    budget: usize,
+) -> Result<Vec<Draft>, String> {
+    entries.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let mut children = match options.layout {
+        Layout::Flat => {
+            let leaves = entries
+                .iter()
+                .map(|e| (LeafName::Escaped(&e.0.name), e))
+                .collect();
+            add_leaves(options, &mut Shortener::default(), leaves, Vec::new())
+        }
+        Layout::Tree => {
+            let Some((root, mut stray)) = Branch::plant(&entries, budget) else {
+                return Err(format!(
+                    "layout=tree would make over {} entries",
+                    super::MAX_NODES
+                ));
+            };
+            add_branch(options, owner, root, &mut stray, true)
+        }
+    };
+    if let Some(json) = metadata_json {
+        let attr = draft::attr(owner, Kind::File, json.len() as u64, owner.mode() & 0o444);
+        children.push(Draft::file(
+            METADATA_FILE.as_bytes().into(),
+            attr,
+            Content::Generated(json),
+        ));
+    }
+    Ok(children)
+}
+
+/// The `__metadata__` file: the object as JSON, keys sorted, ending in a newline.
+pub(super) fn metadata_json(map: &Value) -> Arc<[u8]> {
+    let mut json = serde_json::to_vec_pretty(map).unwrap_or_default();
+    json.push(b'\n');
+    json.into()
+}
+
+/// `user.safetensors.metadata.KEY` for each entry the kernel can carry (name, value and list limits).
+pub(super) fn metadata_xattrs<'a>(
+    entries: impl Iterator<Item = (&'a String, String)>,
+) -> Arc<Xattrs> {
+    let mut out = BTreeMap::new();
+    let mut list_len = 0;
+    for (key, value) in entries {
+        let name = format!("{XATTR_PREFIX}metadata.{key}");
+        if name.len() > XATTR_NAME_MAX
+            || name.contains('\0')
+            || value.len() > XATTR_SIZE_MAX
+            || list_len + name.len() + 1 > XATTR_LIST_MAX
+        {
+            debug!("metadata key `{key}` does not fit in an extended attribute; left out");
+            continue;
+        }
+        list_len += name.len() + 1;
+        out.insert(name, value);
+    }
+    Arc::new(out)
+}
+
+/// The entries of a directory of the tree layout, from its branch. Tensors that found no place in
+/// the tree (`stray`) go to the `top` directory under their full names: those names hold a `.` or
+/// a `/` (`%2F`), which no part does, so they never clash with a part.
+fn add_branch<'a>(
+    options: &Options,
+    owner: &Metadata,
+    branch: Branch<'a>,
+    stray: &mut Vec<Leaf<'a>>,
+    top: bool,
+) -> Vec<Draft> {
+    let mut names = Shortener::default();
+    let mut children = Vec::new();
+    let mut leaves = Vec::new();
+    if let Some(entry) = branch.tensor {
+        leaves.push((LeafName::Exact(TENSOR_FILE), entry));
+    }
+    for (part, child) in branch.children {
+        let leaf_name = if part == TENSOR_FILE {
+            LeafName::Exact(ESCAPED_TENSOR_FILE)
+        } else {
+            LeafName::Escaped(part)
+        };
+        match child.tensor {
+            Some(entry) if child.children.is_empty() => leaves.push((leaf_name, entry)),
+            _ => {
+                let name = leaf_name.file_name(&mut names);
+                let grandchildren = add_branch(options, owner, child, stray, false);
+                children.push(Draft::generated_dir(
+                    name.as_bytes().into(),
+                    draft::tensor_dir_attr(owner),
+                    Arc::default(),
+                    grandchildren,
+                ));
+            }
+        }
+    }
+    if top {
+        leaves.append(stray);
+    }
+    add_leaves(options, &mut names, leaves, children)
+}
+
+/// Adds a tensor file for each leaf (its name in the directory, before escaping, and its tensor)
+/// to `children`, the directory's other entries, then the NPY views if asked for.
+fn add_leaves(
+    options: &Options,
+    names: &mut Shortener,
+    leaves: Vec<Leaf<'_>>,
+    mut children: Vec<Draft>,
+) -> Vec<Draft> {
+    for &(leaf_name, (tensor, src)) in &leaves {
+        let name: Arc<[u8]> = match leaf_name.file_name(names) {
+            Cow::Borrowed(same) if same == &*tensor.name => Arc::<str>::clone(&tensor.name).into(),
+            other => other.as_bytes().into(),
+        };
+        children.push(Draft::file(
+            name,
+            draft::file_attr(&src.meta, tensor.size()),
+            Content::Tensor {
+                source: src.clone(),
+                tensor: tensor.clone(),
+            },
+        ));
+    }
+    if options.npy {
+        add_npy_views(names, &leaves, &mut children);
+    }
+    children
+}
+
+/// `NAME.npy` beside each tensor file numpy can describe, unless an entry of the directory
+/// already has that name (a tensor named `NAME.npy`).
+fn add_npy_views(names: &mut Shortener, leaves: &[Leaf<'_>], children: &mut Vec<Draft>) {
+    let taken: HashSet<Arc<[u8]>> = children.iter().map(|c| c.name.clone()).collect();
+    for &(leaf_name, (tensor, src)) in leaves {
+        let Some(header) = npy::header(tensor) else {
+            continue;
+        };
+        let name = match leaf_name {
+            LeafName::Escaped(part) => names.file_name_with(part, NPY_SUFFIX),
+            LeafName::Exact(name) => format!("{name}{NPY_SUFFIX}"),
+        };
+        if taken.contains(name.as_bytes()) {
+            warn!(
+                "{}: tensor `{}`: no {name} view, a tensor file has that name",
+                src.path.display(),
+                tensor.name
+            );
+            continue;
+        }
+        let size = header.len() as u64 + tensor.size();
+        children.push(Draft::file(
+            name.into_bytes().into(),
+            draft::file_attr(&src.meta, size),
+            Content::Npy {
+                source: src.clone(),
+                tensor: tensor.clone(),
+            },
+        ));
+    }
+}
+
+/// A tensor placed in a directory: its name there and the tensor with its source.
+type Leaf<'a> = (LeafName<'a>, &'a Entry);
+
+#[derive(Clone, Copy)]
+enum LeafName<'a> {
+    /// A tensor name, or a part of one, to escape (and shorten) into a file name.
+    Escaped(&'a str),
+    /// A file name as it is.
+    Exact(&'static str),
+}
+
+impl<'a> LeafName<'a> {
+    fn file_name(self, names: &mut Shortener) -> Cow<'a, str> {
+        match self {
+            LeafName::Escaped(name) => names.file_name(name),
+            LeafName::Exact(name) => Cow::Borrowed(name),
+        }
+    }
+}
+
+/// With `layout=tree`: how a part that is itself `__tensor__` is written, so that it never clashes
+/// with the tensor of a directory (escaping never writes `%5F`, so this is unambiguous).
+const ESCAPED_TENSOR_FILE: &str = "%5F_tensor__";
+
+/// With `layout=tree`: names with more parts than this are shown under their full name at the top.
+const MAX_TREE_DEPTH: usize = 64;
+
+/// A directory of the tree layout while it is being built.
+#[derive(Default)]
+struct Branch<'a> {
+    /// The tensor whose name ends here.
+    tensor: Option<&'a Entry>,
+    children: BTreeMap<&'a str, Branch<'a>>,
+}
+
+impl<'a> Branch<'a> {
+    /// The tree of `entries` (sorted by name), with the tensors that find no place in it: names
+    /// of over MAX_TREE_DEPTH parts, and a name whose parts an earlier name already has (`a/b`
+    /// after `a.b`). `None` if it would take more than `budget` directories (hostile names can ask
+    /// for MAX_TREE_DEPTH each).
+    fn plant(entries: &'a [Entry], budget: usize) -> Option<(Branch<'a>, Vec<Leaf<'a>>)> {
+        let mut root = Branch::default();
+        let mut stray = Vec::new();
+        let mut branches = 0;
+        for entry in entries {
+            let name = &*entry.0.name;
+            let parts = name.split(['.', '/']);
+            if parts.clone().count() > MAX_TREE_DEPTH {
+                stray.push((LeafName::Escaped(name), entry));
+                continue;
+            }
+            let branch = parts.fold(&mut root, |b, part| {
+                b.children.entry(part).or_insert_with(|| {
+                    branches += 1;
+                    Branch::default()
+                })
+            });
+            if branches > budget {
+                return None;
+            }
+            match branch.tensor {
+                Some(_) => stray.push((LeafName::Escaped(name), entry)),
+                None => branch.tensor = Some(entry),
+            }
+        }
+        Some((root, stray))
+    }
+}

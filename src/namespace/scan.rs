@@ -1,0 +1,226 @@
+//! What one directory of SOURCE holds, as `readdir` and `stat` see it, and which of its files are
+//! still being written.
+//!
+//! Two rules decide which files may be interpreted (get a `.tensors/` directory, feed an index):
+//! - names that downloaders give partial files ([`is_partial`]) never are;
+//! - a file seen changing in place (same inode, new size or mtime) is in flux until it has stayed
+//!   unchanged for the settle time ([`Flux`]). A file that appears complete under its name (a new
+//!   inode: renamed into place, or first seen) is not in flux: writers that publish by rename
+//!   never show a partial file under its final name, and a file written in place is invalid until
+//!   its data fills it.
+
+use std::collections::HashMap;
+use std::fs::{self, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::source::{FileId, Version};
+
+/// A directory as one scan saw it.
+#[derive(Debug, Clone)]
+pub(super) struct Scan {
+    /// The directory itself (links followed), stat'ed before it was read.
+    pub meta: Metadata,
+    /// Sorted by name.
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub name: Arc<[u8]>,
+    pub path: PathBuf,
+    pub what: What,
+}
+
+/// What an entry is, links followed.
+#[derive(Debug, Clone)]
+pub(super) enum What {
+    Dir(Metadata),
+    File(Metadata),
+    /// Not shown, and why (a dangling link, a FIFO, ...). `warn`: worth a warning.
+    Skipped {
+        why: String,
+        warn: bool,
+    },
+}
+
+impl What {
+    /// Whether two scans saw the same thing: the same directory, the same file version, or the
+    /// same reason to skip.
+    pub fn same(&self, other: &What) -> bool {
+        match (self, other) {
+            (What::Dir(a), What::Dir(b)) => FileId::of(a) == FileId::of(b),
+            (What::File(a), What::File(b)) => Version::of(a) == Version::of(b),
+            (What::Skipped { why: a, .. }, What::Skipped { why: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Scan {
+    /// Reads the directory at `path`. Entries on the device `skip_dev` (the mount itself, should
+    /// SOURCE contain it) are skipped.
+    pub fn read(path: &Path, skip_dev: Option<u64>) -> std::io::Result<Scan> {
+        let meta = fs::metadata(path)?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::other("not a directory"));
+        }
+        let mut entries: Vec<Entry> = fs::read_dir(path)?
+            .filter_map(Result::ok)
+            .map(|e| {
+                let path = e.path();
+                let what = what(&path, skip_dev);
+                Entry {
+                    name: e.file_name().as_bytes().into(),
+                    path,
+                    what,
+                }
+            })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Scan { meta, entries })
+    }
+
+    /// The same directory with the same entries, each the same as before, and the same
+    /// attributes.
+    pub fn same(&self, other: &Scan) -> bool {
+        Version::of(&self.meta) == Version::of(&other.meta)
+            && self.entries.len() == other.entries.len()
+            && self
+                .entries
+                .iter()
+                .zip(&other.entries)
+                .all(|(a, b)| a.name == b.name && a.what.same(&b.what))
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<&Entry> {
+        let i = self
+            .entries
+            .binary_search_by(|e| e.name[..].cmp(name))
+            .ok()?;
+        Some(&self.entries[i])
+    }
+}
+
+fn what(path: &Path, skip_dev: Option<u64>) -> What {
+    match fs::metadata(path) {
+        Ok(m) if Some(m.dev()) == skip_dev => What::Skipped {
+            why: "the mount itself, left out".into(),
+            warn: false,
+        },
+        Ok(m) if m.is_dir() => What::Dir(m),
+        Ok(m) if m.is_file() => What::File(m),
+        Ok(_) => What::Skipped {
+            why: "not a regular file or directory, skipped".into(),
+            warn: false,
+        },
+        Err(e) => {
+            let link = fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink());
+            let what = if link {
+                "dangling symbolic link"
+            } else {
+                "cannot stat"
+            };
+            What::Skipped {
+                why: format!("{what}, skipped: {e}"),
+                warn: true,
+            }
+        }
+    }
+}
+
+/// Whether `name` is what a downloader calls a file it has not finished: `*.incomplete`
+/// (huggingface_hub, hf-hub), `*.part`, `*.tmp` and `tempfile`'s `.tmpXXXXXX` (safetensors'
+/// `save_file` since 0.8). Such files are mirrored, never interpreted.
+pub(super) fn is_partial(name: &[u8]) -> bool {
+    let temp = name.len() == 10
+        && name.starts_with(b".tmp")
+        && name[4..].iter().all(u8::is_ascii_alphanumeric);
+    temp || [&b".incomplete"[..], b".part", b".tmp"]
+        .iter()
+        .any(|s| name.ends_with(s))
+}
+
+/// Whether files of the directory at `path` are never interpreted: Hugging Face's lock directory.
+pub(super) fn is_partial_dir(path: &Path) -> bool {
+    path.components().any(|c| c.as_os_str() == ".locks")
+}
+
+/// The files of one directory seen changing in place, and when they last did.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Flux {
+    changed: HashMap<Arc<[u8]>, Instant>,
+}
+
+impl Flux {
+    /// Notes the files that `new` shows changed in place since `old`, and forgets those gone.
+    pub fn update(&mut self, old: &Scan, new: &Scan, now: Instant) {
+        self.changed.retain(|name, _| new.get(name).is_some());
+        for e in &new.entries {
+            let (What::File(m), Some(What::File(before))) =
+                (&e.what, old.get(&e.name).map(|o| &o.what))
+            else {
+                continue;
+            };
+            let (v, before) = (Version::of(m), Version::of(before));
+            if v.id == before.id && !v.same_bytes(&before) {
+                self.changed.insert(e.name.clone(), now);
+            }
+        }
+    }
+
+    /// Notes that the file `name` changed in place at `now`.
+    pub fn note(&mut self, name: &[u8], now: Instant) {
+        self.changed.insert(name.into(), now);
+    }
+
+    /// Whether the file `name` is still settling at `now`.
+    pub fn unsettled(&self, name: &[u8], now: Instant, settle: Duration) -> bool {
+        self.changed
+            .get(name)
+            .is_some_and(|&t| now.duration_since(t) < settle)
+    }
+
+    /// Forgets files that have settled by `now`.
+    pub fn expire(&mut self, now: Instant, settle: Duration) {
+        self.changed.retain(|_, t| now.duration_since(*t) < settle);
+    }
+
+    /// When the next file settles.
+    pub fn deadline(&self, settle: Duration) -> Option<Instant> {
+        self.changed.values().map(|&t| t + settle).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_names() {
+        for name in [
+            "model.safetensors.incomplete",
+            "0123abcd.incomplete",
+            "0123abcd.1a2b3c4d.incomplete",
+            ".tmpAb12Cd",
+            "x.part",
+            "refs-main.tmp",
+        ] {
+            assert!(is_partial(name.as_bytes()), "{name}");
+        }
+        for name in [
+            "model.safetensors",
+            ".tmpAb12Cd.safetensors",
+            ".tmp-abcdef",
+            "incomplete",
+            "model.tmpfile",
+        ] {
+            assert!(!is_partial(name.as_bytes()), "{name}");
+        }
+        assert!(is_partial_dir(Path::new("/cache/.locks/models--a--b")));
+        assert!(!is_partial_dir(Path::new("/cache/models--a--b/blobs")));
+    }
+}

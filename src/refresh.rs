@@ -1,0 +1,522 @@
+//! Following SOURCE while mounted: the refresh thread finds what may have changed (inotify events,
+//! polling, SIGUSR1, requests that found the tree out of date), has the namespace's
+//! [`Writer`] rescan those directories, publishes the new snapshot, and hands the diff to the
+//! invalidator, which updates the kernel's caches from a thread of its own.
+//!
+//! Only this thread writes the namespace. Request handlers that need a directory read again ask
+//! it and wait for the answer; it never waits on them.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use log::{debug, info, warn};
+
+use crate::inotify::{Event, Inotify};
+use crate::invalidate::Notice;
+use crate::namespace::{Diff, Ino, Namespace, Writer};
+
+/// After an event, a directory is read once it has been quiet this long...
+const QUIET: Duration = Duration::from_millis(100);
+/// ... or this long after its first event, whichever comes first.
+const MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// How changes are found (`-o refresh=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// inotify where the source is local, polling where it is not (or where watches run out).
+    #[default]
+    Auto,
+    Inotify,
+    Poll,
+    /// Never: the tree built at mount stays.
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    pub mode: Mode,
+    /// The polling period.
+    pub interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            mode: Mode::Auto,
+            interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How the refresh thread is reached, by request handlers and the signal thread.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    tx: Sender<Msg>,
+    /// What the watching ended up as ([`Handle::mode`]).
+    mode: Arc<AtomicU8>,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Events(Vec<Event>),
+    /// Read every directory again (SIGUSR1).
+    RescanAll,
+    /// Read the directory again if it may have changed; answer once published.
+    Revalidate(Ino, Sender<()>),
+    /// Read the directory again; answer once published.
+    Rescan(Ino, Sender<()>),
+}
+
+const WATCHING_NONE: u8 = 0;
+const WATCHING_INOTIFY: u8 = 1;
+const WATCHING_POLL: u8 = 2;
+const WATCHING_BOTH: u8 = 3;
+
+/// The channel to the refresh thread.
+fn channel() -> (Handle, Receiver<Msg>) {
+    let (tx, rx) = mpsc::channel();
+    let handle = Handle {
+        tx,
+        mode: Arc::new(AtomicU8::new(WATCHING_NONE)),
+    };
+    (handle, rx)
+}
+
+impl Handle {
+    /// Reads every directory of SOURCE again.
+    pub fn rescan_all(&self) {
+        let _ = self.tx.send(Msg::RescanAll);
+    }
+
+    /// If the directory `ino` of SOURCE may have changed, reads it again; returns once any change
+    /// is published.
+    pub fn revalidate(&self, ino: Ino) {
+        self.ask(|tx| Msg::Revalidate(ino, tx));
+    }
+
+    /// Reads the directory `ino` of SOURCE again; returns once any change is published.
+    pub fn rescan(&self, ino: Ino) {
+        self.ask(|tx| Msg::Rescan(ino, tx));
+    }
+
+    fn ask(&self, msg: impl FnOnce(Sender<()>) -> Msg) {
+        let (tx, rx) = mpsc::channel();
+        if self.tx.send(msg(tx)).is_ok() {
+            // An error means the refresh thread is gone: nothing to wait for.
+            let _ = rx.recv();
+        }
+    }
+
+    /// `inotify`, `poll`, or `inotify+poll` where some directories could not be watched.
+    pub fn mode(&self) -> &'static str {
+        match self.mode.load(Ordering::Relaxed) {
+            WATCHING_INOTIFY => "inotify",
+            WATCHING_POLL => "poll",
+            WATCHING_BOTH => "inotify+poll",
+            _ => "starting",
+        }
+    }
+}
+
+/// What following SOURCE needs once mounted: made before the daemon forks (no thread exists
+/// then), started after the mount.
+pub struct Follow {
+    writer: Writer,
+    ns: Arc<Namespace>,
+    settings: Settings,
+    handle: Handle,
+    rx: Receiver<Msg>,
+    invalidate: (Sender<Notice>, Receiver<Notice>),
+}
+
+impl Follow {
+    /// Returns also what the request handlers use: the handle of the refresh thread and the
+    /// invalidator's queue.
+    pub fn new(
+        writer: Writer,
+        ns: Arc<Namespace>,
+        settings: Settings,
+    ) -> (Follow, Handle, Sender<Notice>) {
+        let (handle, rx) = channel();
+        let invalidate = crate::invalidate::channel();
+        let for_fs = (handle.clone(), invalidate.0.clone());
+        let follow = Follow {
+            writer,
+            ns,
+            settings,
+            handle,
+            rx,
+            invalidate,
+        };
+        (follow, for_fs.0, for_fs.1)
+    }
+
+    /// Starts the invalidator (sending through `notifier`) and the refresh thread. The mount's
+    /// own device `own_dev` is never entered. Returns the handle for SIGUSR1.
+    pub fn start(self, notifier: fuser::Notifier, own_dev: Option<u64>) -> io::Result<Handle> {
+        let (tx, rx) = self.invalidate;
+        crate::invalidate::start(notifier, self.ns.clone(), rx)?;
+        let handle = self.handle.clone();
+        start(
+            self.writer,
+            self.ns,
+            (self.handle, self.rx),
+            self.settings,
+            tx,
+            own_dev,
+        )?;
+        Ok(handle)
+    }
+}
+
+/// Starts the refresh thread (and, for inotify, the thread that reads events).
+fn start(
+    mut writer: Writer,
+    ns: Arc<Namespace>,
+    (handle, rx): (Handle, Receiver<Msg>),
+    settings: Settings,
+    invalidate: Sender<Notice>,
+    own_dev: Option<u64>,
+) -> io::Result<()> {
+    if let Some(dev) = own_dev {
+        writer.skip_device(dev);
+    }
+    let inotify = match settings.mode {
+        Mode::Poll | Mode::Off => None,
+        Mode::Auto | Mode::Inotify => match Inotify::new() {
+            Ok(i) => Some(Arc::new(i)),
+            Err(e) => {
+                warn!(
+                    "inotify unavailable ({e}; see fs.inotify.max_user_instances): SOURCE is \
+                     polled every {:?}",
+                    settings.interval
+                );
+                None
+            }
+        },
+    };
+    if let Some(inotify) = &inotify {
+        let (inotify, tx) = (inotify.clone(), handle.tx.clone());
+        std::thread::Builder::new()
+            .name("inotify".into())
+            .spawn(move || {
+                while let Ok(events) = inotify.read() {
+                    if tx.send(Msg::Events(events)).is_err() {
+                        return;
+                    }
+                }
+            })?;
+    }
+    let mut r = Refresher {
+        writer,
+        ns,
+        settings,
+        invalidate,
+        inotify,
+        watches: HashMap::new(),
+        watch_of: HashMap::new(),
+        polled: HashSet::new(),
+        dirty: HashMap::new(),
+        next_poll: Instant::now() + settings.interval,
+        mode: handle.mode.clone(),
+        warned_remote: false,
+        warned_limit: false,
+    };
+    let snapshot = r.ns.current();
+    for ino in r.writer.dirs(&snapshot) {
+        r.watch(ino);
+    }
+    drop(snapshot);
+    r.show_mode();
+    std::thread::Builder::new()
+        .name("refresh".into())
+        .spawn(move || r.run(rx))?;
+    Ok(())
+}
+
+struct Refresher {
+    writer: Writer,
+    ns: Arc<Namespace>,
+    settings: Settings,
+    invalidate: Sender<Notice>,
+    inotify: Option<Arc<Inotify>>,
+    /// Directories by watch (a directory reached through two links has one watch).
+    watches: HashMap<i32, Vec<Ino>>,
+    watch_of: HashMap<Ino, i32>,
+    polled: HashSet<Ino>,
+    /// Directories with events not yet acted on: first and last event.
+    dirty: HashMap<Ino, (Instant, Instant)>,
+    next_poll: Instant,
+    mode: Arc<AtomicU8>,
+    warned_remote: bool,
+    warned_limit: bool,
+}
+
+impl Refresher {
+    fn run(mut self, rx: Receiver<Msg>) {
+        let mut everything = false;
+        loop {
+            let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
+            match rx.recv_timeout(timeout) {
+                Ok(Msg::Events(events)) => self.events(&events, &mut everything),
+                Ok(Msg::RescanAll) => everything = true,
+                Ok(Msg::Revalidate(ino, done)) => {
+                    if self.writer.may_have_changed(ino) {
+                        self.refresh(&[ino], "a lookup");
+                    }
+                    let _ = done.send(());
+                }
+                Ok(Msg::Rescan(ino, done)) => {
+                    self.refresh(&[ino], "an open");
+                    let _ = done.send(());
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.due_work(std::mem::take(&mut everything));
+        }
+    }
+
+    /// Rescans what is due: everything (on request or overflow), the polled directories at each
+    /// tick, directories whose events have settled, directories whose files have settled.
+    fn due_work(&mut self, everything: bool) {
+        let now = Instant::now();
+        let snapshot = self.ns.current();
+        let mut due: HashSet<Ino> = HashSet::new();
+        let poll = !self.polled.is_empty() && now >= self.next_poll;
+        if poll {
+            self.next_poll = now + self.settings.interval;
+        }
+        self.dirty.retain(|&ino, &mut (first, last)| {
+            let ready = now.duration_since(last) >= QUIET || now.duration_since(first) >= MAX_DELAY;
+            if ready {
+                due.insert(ino);
+            }
+            !ready
+        });
+        if let Some((t, ino)) = self.writer.deadline()
+            && t <= now
+        {
+            due.insert(ino);
+        }
+        let dirs: Vec<Ino> = if everything {
+            self.writer.dirs(&snapshot)
+        } else {
+            self.writer
+                .dirs(&snapshot)
+                .into_iter()
+                .filter(|d| due.contains(d) || (poll && self.polled.contains(d)))
+                .collect()
+        };
+        drop(snapshot);
+        if !dirs.is_empty() {
+            let why = if everything {
+                "a full rescan"
+            } else if poll {
+                "polling"
+            } else {
+                "changes"
+            };
+            self.refresh(&dirs, why);
+        }
+    }
+
+    fn next_wakeup(&self) -> Instant {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let dirty = self
+            .dirty
+            .values()
+            .map(|&(first, last)| (last + QUIET).min(first + MAX_DELAY))
+            .min();
+        let poll = (!self.polled.is_empty()).then_some(self.next_poll);
+        let settle = self.writer.deadline().map(|(t, _)| t);
+        [dirty, poll, settle]
+            .into_iter()
+            .flatten()
+            .fold(far, Instant::min)
+    }
+
+    fn events(&mut self, events: &[Event], everything: &mut bool) {
+        let now = Instant::now();
+        for e in events {
+            if e.overflow() {
+                debug!("inotify queue overflow: rescanning everything");
+                *everything = true;
+                continue;
+            }
+            let Some(inos) = self.watches.get(&e.wd) else {
+                continue;
+            };
+            for &ino in inos {
+                self.dirty
+                    .entry(ino)
+                    .and_modify(|(_, last)| *last = now)
+                    .or_insert((now, now));
+            }
+            if e.mask & libc::IN_IGNORED != 0 {
+                // The directory is gone (its parent's events say so too).
+                for ino in self.watches.remove(&e.wd).unwrap_or_default() {
+                    self.watch_of.remove(&ino);
+                }
+            }
+        }
+    }
+
+    /// Rescans `dirs`, publishes the result, and queues its kernel notifications.
+    fn refresh(&mut self, dirs: &[Ino], why: &str) {
+        let started = Instant::now();
+        let old = self.ns.current();
+        let (snapshot, diff) = self.writer.rescan(&old, dirs);
+        drop(old);
+        self.ns.publish(snapshot, &diff.detached);
+        for &ino in &diff.gone_dirs {
+            self.unwatch(ino);
+        }
+        for &ino in &diff.new_dirs {
+            self.watch(ino);
+        }
+        self.show_mode();
+        log_diff(&diff, why, started.elapsed());
+        let _ = self.invalidate.send(Notice::Diff(diff));
+    }
+
+    /// Starts following the directory `ino` of SOURCE: a watch, else polling.
+    fn watch(&mut self, ino: Ino) {
+        let Some(path) = self.writer.watch_path(ino).map(Path::to_path_buf) else {
+            return;
+        };
+        let inotify = match (&self.inotify, self.settings.mode) {
+            (Some(i), Mode::Inotify) => Some(i),
+            (Some(i), Mode::Auto) if !is_remote(&path) => Some(i),
+            (Some(_), _) => {
+                if !self.warned_remote {
+                    self.warned_remote = true;
+                    info!(
+                        "{}: on a network or FUSE filesystem, where inotify misses changes made \
+                         elsewhere: polled every {:?}",
+                        path.display(),
+                        self.settings.interval
+                    );
+                }
+                None
+            }
+            (None, _) => None,
+        };
+        match inotify.map(|i| i.add(&path)) {
+            Some(Ok(wd)) => {
+                self.watches.entry(wd).or_default().push(ino);
+                self.watch_of.insert(ino, wd);
+            }
+            Some(Err(e)) => {
+                if e.raw_os_error() == Some(libc::ENOSPC) && !self.warned_limit {
+                    self.warned_limit = true;
+                    warn!(
+                        "inotify watch limit reached (fs.inotify.max_user_watches): directories \
+                         not watched are polled every {:?}",
+                        self.settings.interval
+                    );
+                } else {
+                    debug!("{}: cannot watch ({e}): polled", path.display());
+                }
+                self.polled.insert(ino);
+            }
+            None => {
+                self.polled.insert(ino);
+            }
+        }
+    }
+
+    fn unwatch(&mut self, ino: Ino) {
+        self.polled.remove(&ino);
+        self.dirty.remove(&ino);
+        let Some(wd) = self.watch_of.remove(&ino) else {
+            return;
+        };
+        if let Some(inos) = self.watches.get_mut(&wd) {
+            inos.retain(|&i| i != ino);
+            if inos.is_empty() {
+                self.watches.remove(&wd);
+                if let Some(i) = &self.inotify {
+                    i.remove(wd);
+                }
+            }
+        }
+    }
+
+    fn show_mode(&self) {
+        let mode = match (self.watch_of.is_empty(), self.polled.is_empty()) {
+            (false, true) => WATCHING_INOTIFY,
+            (true, _) => WATCHING_POLL,
+            (false, false) => WATCHING_BOTH,
+        };
+        self.mode.store(mode, Ordering::Relaxed);
+    }
+}
+
+fn log_diff(diff: &Diff, why: &str, took: Duration) {
+    if diff.is_empty() {
+        debug!(
+            "refresh {} after {why}: nothing changed ({took:.1?})",
+            diff.generation
+        );
+        return;
+    }
+    let removed = diff.removed.len() - diff.replaced;
+    let shown: Vec<String> = diff
+        .rescanned
+        .iter()
+        .take(3)
+        .map(|p| p.display().to_string())
+        .collect();
+    let more = diff.rescanned.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    info!(
+        "refresh {} after {why}: rescanned {}{more}: {} added, {removed} removed, {} replaced \
+         ({took:.1?})",
+        diff.generation,
+        shown.join(", "),
+        diff.added,
+        diff.replaced
+    );
+}
+
+/// Whether `path` is on a filesystem whose changes made elsewhere inotify never reports: NFS,
+/// SMB/CIFS, FUSE, 9p, Ceph, Lustre, GPFS, AFS.
+fn is_remote(path: &Path) -> bool {
+    const REMOTE: [i64; 10] = [
+        0x6969,     // NFS
+        0x517b,     // SMB
+        0xfe534d42, // SMB2
+        0xff534d42, // CIFS
+        0x65735546, // FUSE
+        0x01021997, // 9p
+        0x00c36400, // Ceph
+        0x0bd00bd0, // Lustre
+        0x47504653, // GPFS
+        0x5346414f, // AFS
+    ];
+    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+    else {
+        return false;
+    };
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c` is a valid NUL-terminated path and `buf` a writable statfs buffer.
+    if unsafe { libc::statfs(c.as_ptr(), buf.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: statfs succeeded, so the buffer is initialised.
+    let stat = unsafe { buf.assume_init() };
+    // `f_type` is a long on some targets and an int on others.
+    #[allow(clippy::unnecessary_cast)]
+    let kind = stat.f_type as i64;
+    REMOTE.contains(&kind)
+}
