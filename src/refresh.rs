@@ -221,6 +221,7 @@ fn start(
         watches: HashMap::new(),
         watch_of: HashMap::new(),
         polled: HashSet::new(),
+        unwatched: HashSet::new(),
         dirty: HashMap::new(),
         next_poll: Instant::now() + settings.interval,
         mode: handle.mode.clone(),
@@ -249,6 +250,8 @@ struct Refresher {
     watches: HashMap<i32, Vec<Ino>>,
     watch_of: HashMap<Ino, i32>,
     polled: HashSet<Ino>,
+    /// Directories whose watch the kernel dropped, to watch again if they are still there.
+    unwatched: HashSet<Ino>,
     /// Directories with events not yet acted on: first and last event.
     dirty: HashMap<Ino, (Instant, Instant)>,
     next_poll: Instant,
@@ -359,9 +362,11 @@ impl Refresher {
                     .or_insert((now, now));
             }
             if e.mask & libc::IN_IGNORED != 0 {
-                // The directory is gone (its parent's events say so too).
+                // The directory is gone. Its rescan (marked above) finds it gone, or finds a new
+                // directory at that path that reused its inode number, to be watched again.
                 for ino in self.watches.remove(&e.wd).unwrap_or_default() {
                     self.watch_of.remove(&ino);
+                    self.unwatched.insert(ino);
                 }
             }
         }
@@ -377,7 +382,13 @@ impl Refresher {
         for &ino in &diff.gone_dirs {
             self.unwatch(ino);
         }
-        for &ino in &diff.new_dirs {
+        for ino in diff
+            .new_dirs
+            .iter()
+            .copied()
+            .chain(std::mem::take(&mut self.unwatched))
+            .collect::<Vec<_>>()
+        {
             self.watch(ino);
         }
         self.show_mode();
@@ -387,6 +398,9 @@ impl Refresher {
 
     /// Starts following the directory `ino` of SOURCE: a watch, else polling.
     fn watch(&mut self, ino: Ino) {
+        if self.watch_of.contains_key(&ino) || self.polled.contains(&ino) {
+            return;
+        }
         let Some(path) = self.writer.watch_path(ino).map(Path::to_path_buf) else {
             return;
         };
@@ -433,6 +447,7 @@ impl Refresher {
 
     fn unwatch(&mut self, ino: Ino) {
         self.polled.remove(&ino);
+        self.unwatched.remove(&ino);
         self.dirty.remove(&ino);
         let Some(wd) = self.watch_of.remove(&ino) else {
             return;

@@ -1,4 +1,6 @@
-//! `namespace::Tree::build` over a small directory made from the input, then a walk of the tree.
+//! `namespace::Writer::build` over a small directory made from the input, then a walk of the tree;
+//! then the directory is changed and rescanned, and the refreshed tree must be the tree a fresh
+//! build of the changed directory gives, with the inode numbers of unchanged entries kept.
 //!
 //! Input: one layout byte, then up to six parts separated by `SEP` (`\xff=====\xff`; `\xff` never
 //! occurs in UTF-8 JSON, so the separator never cuts a header or an index in two). The layout byte:
@@ -7,7 +9,8 @@
 //!   directory, files named by the input, a real directory hiding a merged one, a variant index;
 //! - bit 3 puts everything one directory down (`sub/`);
 //! - bit 4 adds a symbolic link to the first file and one closing a directory cycle;
-//! - bit 5 builds with `layout=tree`, bit 6 with `npy`.
+//! - bit 5 builds with `layout=tree`, bit 6 with `npy`;
+//! - bit 7 changes the directory before the rescan the other way round (see [`change`]).
 //!
 //! The tree is built with those options, without and with `strict`; whatever it accepts must be
 //! walkable: names valid and sorted, lookups, reads (checked byte for byte against the sources on
@@ -26,7 +29,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tensormount::format;
 use tensormount::names;
-use tensormount::namespace::{Content, Kind, Layout, Options, ROOT, ReadError, Tree};
+use tensormount::namespace::{Content, Kind, Layout, Options, ROOT, ReadError, Snapshot, Writer};
 
 const SEP: &[u8] = b"\xff=====\xff";
 const SHARD1: &str = "model-00001-of-00002.safetensors";
@@ -169,15 +172,17 @@ fuzz_target!(|data: &[u8]| {
         strict: false,
         layout: layout_opt,
         npy: selector & 0x40 != 0,
+        settle: std::time::Duration::from_secs(3600),
     };
-    let lenient = Tree::build(&source, &options);
-    let strict = Tree::build(
+    let lenient = Writer::build(&source, &options);
+    let strict = Writer::build(
         &source,
         &Options {
             strict: true,
             ..options.clone()
         },
-    );
+    )
+    .map(|(_, t)| t);
 
     if layout == 0 {
         // A single file builds exactly when its header is valid.
@@ -190,7 +195,7 @@ fuzz_target!(|data: &[u8]| {
     let listed = lenient
         .as_ref()
         .ok()
-        .map(|t| check_tree(t, &source, &options));
+        .map(|(_, t)| check_tree(t, &source, &options));
     match (&strict, listed) {
         (Ok(t), Some(listed)) => {
             let strict_listed = check_tree(t, &source, &options);
@@ -201,34 +206,130 @@ fuzz_target!(|data: &[u8]| {
             let _ = e.to_string();
         }
     }
-    if let Err(e) = &lenient {
-        let _ = e.to_string();
+    let (mut writer, old) = match lenient {
+        Ok(built) => built,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    if layout == 0 {
+        return;
+    }
+
+    // Change the directory by renames, removals and additions (never in place, so nothing is in
+    // flux), rescan, and compare with a fresh build.
+    change(&dir, &parts, selector & 0x80 != 0);
+    let (new, diff) = writer.rescan(&old, &writer.dirs(&old));
+    assert_eq!(new.generation(), old.generation() + 1);
+    check_tree(&new, &source, &options);
+    let Ok((_, fresh)) = Writer::build(&source, &options) else {
+        panic!("a fresh build of the changed directory failed where the rescan succeeded");
+    };
+    let (refreshed, fresh) = (shape(&new), shape(&fresh));
+    assert!(
+        refreshed == fresh,
+        "refreshed and fresh trees differ:\n{refreshed:#?}\n{fresh:#?}"
+    );
+    // Every inode kept is the same entry; every inode gone is in the diff.
+    let old_shape: std::collections::HashMap<u64, Shape> = shape_by_ino(&old);
+    for (ino, entry) in shape_by_ino(&new) {
+        if let Some(before) = old_shape.get(&ino) {
+            assert_eq!(before, &entry, "inode {ino} kept for another entry");
+        }
+    }
+    let detached: HashSet<u64> = diff.detached.iter().copied().collect();
+    for ino in old_shape.keys() {
+        assert_eq!(
+            new.node(*ino).is_none(),
+            detached.contains(ino),
+            "inode {ino}: detached, or in the new tree, not both"
+        );
     }
 });
 
+/// Changes `dir`: replaces the first file by rename with the next part's bytes, removes the
+/// second, adds a copy of the first part as `added.safetensors`; `reverse` takes the files from
+/// the other end.
+fn change(dir: &Path, parts: &[&[u8]], reverse: bool) {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .collect();
+    files.sort();
+    if reverse {
+        files.reverse();
+    }
+    let part = |i: usize| parts.get(i % parts.len().max(1)).copied().unwrap_or_default();
+    if let Some(first) = files.first() {
+        let tmp = dir.join(".tmp-fuzz");
+        fs::write(&tmp, part(1)).unwrap();
+        fs::rename(&tmp, first).unwrap();
+    }
+    if let Some(second) = files.get(1) {
+        fs::remove_file(second).unwrap();
+    }
+    let added = dir.join("added.safetensors");
+    if !added.exists() {
+        fs::write(added, part(0)).unwrap();
+    }
+}
+
+/// What a node is, without its inode number: path, kind, size and for files the first bytes.
+type Shape = (PathBuf, Kind, u64, Vec<u8>);
+
+fn shape_of(tree: &Snapshot, ino: u64, path: PathBuf) -> Shape {
+    let node = tree.node(ino).unwrap();
+    let head = match node.attr.kind {
+        Kind::File => tree.read(ino, 0, 64).map(|b| b.into_owned()).unwrap_or_default(),
+        Kind::Dir => Vec::new(),
+    };
+    (path, node.attr.kind, node.attr.size, head)
+}
+
+/// Every node by path.
+fn shape(tree: &Snapshot) -> Vec<Shape> {
+    let mut out: Vec<Shape> = shape_by_ino(tree).into_values().collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn shape_by_ino(tree: &Snapshot) -> std::collections::HashMap<u64, Shape> {
+    let mut out = std::collections::HashMap::new();
+    let mut stack = vec![(ROOT, PathBuf::new())];
+    while let Some((ino, path)) = stack.pop() {
+        for &c in tree.children(ino).unwrap_or_default() {
+            let name = OsStr::from_bytes(&tree.node(c).unwrap().name);
+            stack.push((c, path.join(name)));
+        }
+        out.insert(ino, shape_of(tree, ino, path));
+    }
+    out
+}
+
 /// Walks the whole tree, checking everything it shows. Returns the `--list` paths and offsets.
-fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64, u64)> {
+fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String, u64, u64)> {
     let read = |ino, offset, size| tree.read(ino, offset, size).map(|b| b.into_owned());
     let count = tree.node_count();
+    let beyond = u64::MAX / 2;
     assert!(count >= 1);
-    assert!(tree.node(0).is_none() && tree.node(count + 1).is_none());
+    assert!(tree.node(0).is_none() && tree.node(beyond).is_none());
     assert_eq!(read(0, 0, 1), Err(ReadError::NotFound));
-    assert_eq!(read(count + 1, 0, 1), Err(ReadError::NotFound));
-    assert!(tree.xattr_names(count + 1).is_empty());
+    assert_eq!(read(beyond, 0, 1), Err(ReadError::NotFound));
+    assert!(tree.xattr_names(beyond).is_empty());
 
     let root_node = tree.node(ROOT).unwrap();
     assert_eq!(root_node.attr.kind, Kind::Dir);
     assert!(root_node.name.is_empty());
 
     // Directory walk from the root: every node reached exactly once.
-    let mut seen = vec![false; count as usize + 1];
+    let mut seen = std::collections::HashSet::new();
     let mut tensors = 0usize;
     let mut stack = vec![(ROOT, PathBuf::new())];
     while let Some((ino, path)) = stack.pop() {
-        assert!(
-            !std::mem::replace(&mut seen[ino as usize], true),
-            "inode {ino} reached twice"
-        );
+        assert!(seen.insert(ino), "inode {ino} reached twice");
         let node = tree.node(ino).unwrap();
         assert_eq!(
             node.attr.perm & 0o222,
@@ -237,13 +338,14 @@ fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64
         );
         check_xattrs(tree, ino, &path);
         match &node.content {
-            Content::Dir { children, .. } => {
+            Content::Dir(d) => {
+                let children = &d.children;
                 assert_eq!(node.attr.kind, Kind::Dir);
                 assert_eq!(read(ino, 0, 1), Err(ReadError::IsDir));
                 assert_eq!(tree.children(ino), Some(&children[..]));
                 let mut subdirs = 0;
                 let mut previous: Option<&[u8]> = None;
-                for &c in children {
+                for &c in children.iter() {
                     let child = tree
                         .node(c)
                         .unwrap_or_else(|| panic!("{path:?}: child {c} missing"));
@@ -302,15 +404,12 @@ fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64
                             .unwrap_or_else(|e| panic!("{path:?}: not JSON: {e}"));
                         assert!(v.is_object(), "{path:?}: not a JSON object");
                     }
-                    Content::Dir { .. } => unreachable!(),
+                    Content::Dir(_) => unreachable!(),
                 }
             }
         }
     }
-    assert!(
-        seen[1..].iter().all(|&s| s),
-        "nodes unreachable from the root"
-    );
+    assert_eq!(seen.len() as u64, count, "nodes unreachable from the root");
 
     // `--list`: every tensor file once, by a path that leads to it.
     let list = tree.list();
@@ -339,7 +438,7 @@ fn check_tree(tree: &Tree, source: &Path, options: &Options) -> Vec<(String, u64
 /// An NPY view: a 1.0 header of the length its xattr gives, then the tensor's bytes, whichever
 /// way the reads cut it.
 fn check_npy(
-    tree: &Tree,
+    tree: &Snapshot,
     ino: u64,
     path: &Path,
     tensor: &format::Tensor,
@@ -388,7 +487,7 @@ fn check_npy(
 }
 
 fn check_tensor(
-    tree: &Tree,
+    tree: &Snapshot,
     ino: u64,
     path: &Path,
     tensor: &format::Tensor,
@@ -451,7 +550,7 @@ fn check_tensor(
     }
 }
 
-fn check_xattrs(tree: &Tree, ino: u64, path: &Path) {
+fn check_xattrs(tree: &Snapshot, ino: u64, path: &Path) {
     let names = tree.xattr_names(ino);
     let mut seen = HashSet::new();
     let mut list_len = 0;

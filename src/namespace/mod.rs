@@ -421,3 +421,6 @@ impl Snapshot {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -55,6 +55,9 @@ pub(super) struct Record {
     pub scan: Scan,
     /// When the scan was read, to tell whether the directory's mtime could hide a later change.
     pub scanned_at: SystemTime,
+    /// For a single-file mount: the file was missing at the last look (so a file appearing at
+    /// that path is new, whatever inode number it reuses).
+    pub gone: bool,
     pub flux: Flux,
     /// The generated directories shown, each with the sources it was built from.
     pub generated: Vec<Generated>,
@@ -406,19 +409,20 @@ impl Writer {
         let settle = self.options.settle;
         let meta = fs::metadata(&rec.path).ok().filter(Metadata::is_file);
         let due = rec.flux.deadline(settle).is_some_and(|t| t <= now);
-        let before = Version::of(&rec.scan.meta);
+        let before = (!rec.gone).then(|| Version::of(&rec.scan.meta));
         let version = meta.as_ref().map(Version::of);
-        if version == Some(before) && !due && !rec.generated.is_empty() {
+        if version == before && !due {
             return Ok(());
         }
         c.diff.rescanned.push(rec.path.clone());
-        if let Some(v) = version
-            && v.id == before.id
-            && !v.same_bytes(&before)
+        if let (Some(v), Some(b)) = (version, before)
+            && v.id == b.id
+            && !v.same_bytes(&b)
         {
             rec.flux.note(b"", now);
         }
         rec.flux.expire(now, settle);
+        rec.gone = meta.is_none();
         let source = match meta {
             Some(m) => {
                 rec.scan = file_scan(m.clone());
@@ -875,6 +879,7 @@ impl Record {
             parent,
             scan,
             scanned_at: SystemTime::now(),
+            gone: false,
             flux: Flux::default(),
             generated: Vec::new(),
         }

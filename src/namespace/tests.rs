@@ -1,0 +1,551 @@
+//! The refresh rules without a kernel: a real directory is built, changed the way writers change
+//! model directories, and rescanned; the snapshots and diffs are checked against what the rules
+//! say, written out here by hand.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::*;
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "tm-refresh-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A safetensors file of U8 tensors, each filled with its byte.
+fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for &(name, len, byte) in tensors {
+        let begin = data.len();
+        data.extend(std::iter::repeat_n(byte, len));
+        header.insert(
+            name.into(),
+            serde_json::json!({"dtype": "U8", "shape": [len], "data_offsets": [begin, data.len()]}),
+        );
+    }
+    let mut json = serde_json::to_string(&header).unwrap();
+    while (8 + json.len()) % 8 != 0 {
+        json.push(' ');
+    }
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(json.as_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+/// Writes `bytes` to a temporary name and renames it to `path`, as publishers do.
+fn publish(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_file_name(".tmpPUBLSH");
+    fs::write(&tmp, bytes).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// Rewrites `path` in place (same inode), as `open(..., "w")` writers do.
+fn rewrite(path: &Path, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn index(map: &[(&str, &str)]) -> Vec<u8> {
+    let weight_map: serde_json::Map<String, serde_json::Value> = map
+        .iter()
+        .map(|(t, s)| (t.to_string(), serde_json::Value::from(*s)))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({"metadata": {}, "weight_map": weight_map})).unwrap()
+}
+
+fn options(settle: Duration) -> Options {
+    Options {
+        settle,
+        ..Options::default()
+    }
+}
+
+/// The inode at `path` (`/`-separated, from the root).
+fn at(s: &Snapshot, path: &str) -> Option<Ino> {
+    path.split('/')
+        .filter(|p| !p.is_empty())
+        .try_fold(ROOT, |ino, name| s.lookup(ino, name.as_bytes()))
+}
+
+fn names(s: &Snapshot, path: &str) -> Vec<String> {
+    s.children(at(s, path).unwrap())
+        .unwrap()
+        .iter()
+        .map(|&c| String::from_utf8_lossy(&s.node(c).unwrap().name).into_owned())
+        .collect()
+}
+
+fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
+    s.read(at(s, path).unwrap(), 0, u32::MAX).unwrap().into_owned()
+}
+
+/// Every path below `path` with its inode number.
+fn inos(s: &Snapshot, path: &str) -> Vec<(String, Ino)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(at(s, path).unwrap(), path.to_string())];
+    while let Some((ino, p)) = stack.pop() {
+        out.push((p.clone(), ino));
+        for &c in s.children(ino).unwrap_or_default() {
+            let name = String::from_utf8_lossy(&s.node(c).unwrap().name).into_owned();
+            stack.push((c, format!("{p}/{name}")));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn removed_names(d: &Diff) -> Vec<String> {
+    let mut v: Vec<String> = d
+        .removed
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.name).into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+struct Mount {
+    writer: Writer,
+    snap: Snapshot,
+}
+
+impl Mount {
+    fn new(src: &Path, settle: Duration) -> Mount {
+        let (writer, snap) = Writer::build(src, &options(settle)).unwrap();
+        Mount { writer, snap }
+    }
+
+    /// Rescans every directory, as SIGUSR1 or a poll tick does.
+    fn rescan(&mut self) -> Diff {
+        let dirs = self.writer.dirs(&self.snap);
+        let (snap, diff) = self.writer.rescan(&self.snap, &dirs);
+        assert_eq!(snap.generation(), self.snap.generation() + 1);
+        let old: HashSet<Ino> = inos(&self.snap, "").into_iter().map(|x| x.1).collect();
+        let new: HashSet<Ino> = inos(&snap, "").into_iter().map(|x| x.1).collect();
+        // Every inode that left the tree is in the diff, and only those.
+        let left: HashSet<Ino> = old.difference(&new).copied().collect();
+        let detached: HashSet<Ino> = diff.detached.iter().copied().collect();
+        assert_eq!(left, detached, "detached inodes");
+        // New inode numbers are new: never one the tree had.
+        let max_old = old.iter().max().copied().unwrap_or(0);
+        assert!(new.difference(&old).all(|&i| i > max_old), "an inode number reused");
+        self.snap = snap;
+        diff
+    }
+}
+
+const SETTLE: Duration = Duration::from_secs(3600);
+
+#[test]
+fn an_added_file_and_directory_appear_and_nothing_else_moves() {
+    let d = Dir::new();
+    fs::write(d.join("config.json"), b"{}").unwrap();
+    publish(&d.join("a.safetensors"), &st(&[("w", 4, 1)]));
+    let mut m = Mount::new(&d.0, SETTLE);
+    let before = inos(&m.snap, "");
+
+    publish(&d.join("b.safetensors"), &st(&[("x", 3, 7), ("y", 2, 8)]));
+    fs::create_dir(d.join("sub")).unwrap();
+    publish(&d.join("sub/c.safetensors"), &st(&[("z", 1, 9)]));
+    let diff = m.rescan();
+
+    assert_eq!(
+        names(&m.snap, ""),
+        [
+            "a.safetensors",
+            "a.tensors",
+            "b.safetensors",
+            "b.tensors",
+            "config.json",
+            "sub"
+        ]
+    );
+    assert_eq!(names(&m.snap, "sub"), ["c.safetensors", "c.tensors"]);
+    assert_eq!(bytes(&m.snap, "b.tensors/x"), [7; 3]);
+    assert_eq!(bytes(&m.snap, "sub/c.tensors/z"), [9]);
+    let after = inos(&m.snap, "");
+    for entry in &before {
+        assert!(after.contains(entry), "{entry:?} moved");
+    }
+    assert!(diff.removed.is_empty());
+    assert_eq!(diff.changed_dirs, [ROOT]);
+    // b.safetensors, b.tensors, x, y, sub, and its three entries.
+    assert_eq!(diff.added, 8);
+    assert_eq!(diff.new_dirs.len(), 1);
+}
+
+#[test]
+fn a_removed_file_takes_its_tensor_directory_along() {
+    let d = Dir::new();
+    publish(&d.join("a.safetensors"), &st(&[("w", 4, 1)]));
+    publish(&d.join("b.safetensors"), &st(&[("w", 4, 2)]));
+    let mut m = Mount::new(&d.0, SETTLE);
+    let b = inos(&m.snap, "b.tensors");
+
+    fs::remove_file(d.join("a.safetensors")).unwrap();
+    let diff = m.rescan();
+    assert_eq!(names(&m.snap, ""), ["b.safetensors", "b.tensors"]);
+    assert_eq!(removed_names(&diff), ["a.safetensors", "a.tensors"]);
+    // a.tensors and its one tensor, and the mirrored file.
+    assert_eq!(diff.detached.len(), 3);
+    assert_eq!(inos(&m.snap, "b.tensors"), b);
+}
+
+#[test]
+fn a_file_replaced_by_rename_gets_new_inodes_its_siblings_keep_theirs() {
+    let d = Dir::new();
+    publish(&d.join("a.safetensors"), &st(&[("w", 4, 1), ("v", 2, 3)]));
+    publish(&d.join("b.safetensors"), &st(&[("w", 4, 2)]));
+    let mut m = Mount::new(&d.0, SETTLE);
+    let (a_dir, a_w) = (at(&m.snap, "a.tensors"), at(&m.snap, "a.tensors/w"));
+    let b = inos(&m.snap, "b.tensors");
+
+    publish(&d.join("a.safetensors"), &st(&[("w", 4, 5), ("v", 2, 3)]));
+    let diff = m.rescan();
+    assert_eq!(bytes(&m.snap, "a.tensors/w"), [5; 4]);
+    // The directory stays; every tensor of the new version is a new inode, even one whose bytes
+    // happen to be the same (`v`): an inode stands for one version of its source.
+    assert_eq!(at(&m.snap, "a.tensors"), a_dir);
+    assert_ne!(at(&m.snap, "a.tensors/w"), a_w);
+    assert_eq!(inos(&m.snap, "b.tensors"), b);
+    assert_eq!(
+        removed_names(&diff),
+        ["a.safetensors", "v", "w"],
+        "replaced names"
+    );
+    assert_eq!(diff.replaced, 3);
+    assert_eq!(diff.added, 0);
+    let mut changed = diff.changed_dirs.clone();
+    changed.sort();
+    assert_eq!(changed, [ROOT, a_dir.unwrap()]);
+}
+
+#[test]
+fn a_change_that_touches_nothing_the_tree_shows_keeps_every_inode() {
+    let d = Dir::new();
+    fs::create_dir(d.join("m")).unwrap();
+    publish(&d.join("m/a.safetensors"), &st(&[("w", 4, 1)]));
+    let mut m = Mount::new(&d.0, SETTLE);
+    let before = inos(&m.snap, "");
+    let diff = m.rescan();
+    assert!(diff.is_empty() && diff.rescanned.is_empty(), "{diff:?}");
+    assert_eq!(inos(&m.snap, ""), before);
+
+    // A file created and removed again changes the directory's times only.
+    fs::write(d.join("m/tmp"), b"x").unwrap();
+    fs::remove_file(d.join("m/tmp")).unwrap();
+    let diff = m.rescan();
+    assert_eq!(inos(&m.snap, ""), before);
+    assert!(diff.removed.is_empty() && diff.added == 0, "{diff:?}");
+}
+
+#[test]
+fn a_file_rewritten_in_place_is_interpreted_only_once_it_has_settled() {
+    let d = Dir::new();
+    let a = d.join("a.safetensors");
+    publish(&a, &st(&[("w", 4, 1)]));
+    let settle = Duration::from_millis(200);
+    let mut m = Mount::new(&d.0, settle);
+
+    rewrite(&a, &st(&[("w", 4, 2), ("new", 1, 3)]));
+    let diff = m.rescan();
+    assert_eq!(names(&m.snap, ""), ["a.safetensors"], "in flux: no a.tensors");
+    let error = m.snap.xattr(at(&m.snap, "a.safetensors").unwrap(), "user.safetensors.error");
+    let error = String::from_utf8(error.unwrap()).unwrap();
+    assert!(error.contains("being written"), "{error}");
+    assert_eq!(removed_names(&diff), ["a.safetensors", "a.tensors"]);
+    let (deadline, dir) = m.writer.deadline().expect("a settle deadline");
+    assert_eq!(dir, ROOT);
+
+    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.rescan();
+    assert_eq!(names(&m.snap, "a.tensors"), ["new", "w"]);
+    assert_eq!(bytes(&m.snap, "a.tensors/w"), [2; 4]);
+    assert!(m.writer.deadline().is_none());
+}
+
+#[test]
+fn a_file_growing_in_place_is_mirrored_but_not_interpreted_until_complete_and_settled() {
+    let d = Dir::new();
+    let full = st(&[("w", 4096, 1)]);
+    let a = d.join("a.safetensors");
+    fs::write(&a, &full[..full.len() / 2]).unwrap();
+    let settle = Duration::from_millis(200);
+    let mut m = Mount::new(&d.0, settle);
+    assert_eq!(names(&m.snap, ""), ["a.safetensors"]);
+    let error = String::from_utf8(
+        m.snap
+            .xattr(at(&m.snap, "a.safetensors").unwrap(), "user.safetensors.error")
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(error.contains("MetadataIncompleteBuffer"), "{error}");
+
+    let mut f = fs::OpenOptions::new().append(true).open(&a).unwrap();
+    f.write_all(&full[full.len() / 2..]).unwrap();
+    drop(f);
+    m.rescan();
+    assert_eq!(names(&m.snap, ""), ["a.safetensors"], "complete, not settled");
+    assert_eq!(bytes(&m.snap, "a.safetensors"), full);
+    let (deadline, _) = m.writer.deadline().unwrap();
+    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.rescan();
+    assert_eq!(bytes(&m.snap, "a.tensors/w"), [1; 4096]);
+}
+
+#[test]
+fn partial_files_are_mirrored_never_interpreted() {
+    let d = Dir::new();
+    let valid = st(&[("w", 4, 1)]);
+    fs::create_dir_all(d.join(".locks/models--x")).unwrap();
+    for name in [
+        "model.safetensors.incomplete",
+        ".tmpAb12Cd",
+        ".locks/models--x/m.safetensors",
+    ] {
+        fs::write(d.join(name), &valid).unwrap();
+    }
+    let m = Mount::new(&d.0, SETTLE);
+    assert_eq!(
+        names(&m.snap, ""),
+        [".locks", ".tmpAb12Cd", "model.safetensors.incomplete"]
+    );
+    assert_eq!(names(&m.snap, ".locks/models--x"), ["m.safetensors"]);
+}
+
+#[test]
+fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shards() {
+    let d = Dir::new();
+    let (s1, s2) = ("m-00001-of-00002.safetensors", "m-00002-of-00002.safetensors");
+    publish(&d.join(s1), &st(&[("a", 2, 1), ("b", 2, 2)]));
+    publish(&d.join(s2), &st(&[("c", 2, 3)]));
+    let idx = index(&[("a", s1), ("b", s1), ("c", s2)]);
+    publish(&d.join("m.safetensors.index.json"), &idx);
+    let mut m = Mount::new(&d.0, SETTLE);
+    assert_eq!(names(&m.snap, "m.tensors"), ["__metadata__", "a", "b", "c"]);
+    let (a, c) = (at(&m.snap, "m.tensors/a"), at(&m.snap, "m.tensors/c"));
+    let merged = at(&m.snap, "m.tensors");
+
+    // A shard removed (as save_pretrained removes stale shards first): no merged directory.
+    fs::remove_file(d.join(s2)).unwrap();
+    m.rescan();
+    assert!(at(&m.snap, "m.tensors").is_none());
+    let error = m.snap.xattr(
+        at(&m.snap, "m.safetensors.index.json").unwrap(),
+        "user.safetensors.error",
+    );
+    assert!(String::from_utf8(error.unwrap()).unwrap().contains("missing"));
+
+    // It comes back, with new bytes: shown again; shard 1's tensors were never replaced.
+    publish(&d.join(s2), &st(&[("c", 2, 9)]));
+    m.rescan();
+    assert_eq!(bytes(&m.snap, "m.tensors/c"), [9, 9]);
+    assert_ne!(at(&m.snap, "m.tensors/c"), c);
+    assert_eq!(names(&m.snap, "m.tensors"), ["__metadata__", "a", "b", "c"]);
+    let a_again = at(&m.snap, "m.tensors/a");
+    assert_ne!(a_again, a, "the merged directory was gone, so its entries are new");
+    assert_ne!(at(&m.snap, "m.tensors"), merged);
+
+    // Now one shard replaced while the set stays valid: shard 1's tensors keep their inodes.
+    let m_dir = at(&m.snap, "m.tensors");
+    publish(&d.join(s2), &st(&[("c", 2, 4)]));
+    let diff = m.rescan();
+    assert_eq!(at(&m.snap, "m.tensors"), m_dir);
+    assert_eq!(at(&m.snap, "m.tensors/a"), a_again);
+    assert_eq!(bytes(&m.snap, "m.tensors/c"), [4, 4]);
+    assert_eq!(removed_names(&diff), ["c", "c", s2]);
+}
+
+#[test]
+fn an_index_rewritten_in_place_hides_its_set_until_it_settles() {
+    let d = Dir::new();
+    let s1 = "m-00001-of-00001.safetensors";
+    publish(&d.join(s1), &st(&[("a", 2, 1)]));
+    let i = d.join("m.safetensors.index.json");
+    publish(&i, &index(&[("a", s1)]));
+    let mut m = Mount::new(&d.0, Duration::from_millis(200));
+    assert!(at(&m.snap, "m.tensors").is_some());
+    rewrite(&i, &index(&[("a", s1)])[..]);
+    // Same bytes, but the same inode was seen changing.
+    fs::File::options()
+        .append(true)
+        .open(&i)
+        .unwrap()
+        .write_all(b" ")
+        .unwrap();
+    m.rescan();
+    assert!(at(&m.snap, "m.tensors").is_none());
+    let (deadline, _) = m.writer.deadline().unwrap();
+    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.rescan();
+    assert!(at(&m.snap, "m.tensors").is_some());
+}
+
+#[test]
+fn a_directory_replaced_through_its_link_is_a_new_subtree() {
+    let d = Dir::new();
+    for v in ["v1", "v2"] {
+        fs::create_dir(d.join(v)).unwrap();
+        publish(&d.join(&format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
+    }
+    symlink("v1", d.join("current")).unwrap();
+    let mut m = Mount::new(&d.0, SETTLE);
+    let v1 = inos(&m.snap, "v1");
+    let old = at(&m.snap, "current/m.tensors/w");
+
+    // `ln -sfn v2 current`, the usual atomic switch.
+    symlink("v2", d.join("current.new")).unwrap();
+    fs::rename(d.join("current.new"), d.join("current")).unwrap();
+    let diff = m.rescan();
+    assert_eq!(removed_names(&diff), ["current"]);
+    assert_eq!(diff.gone_dirs.len(), 1);
+    assert_eq!(diff.new_dirs.len(), 1);
+    assert_ne!(at(&m.snap, "current/m.tensors/w"), old);
+    assert_eq!(inos(&m.snap, "v1"), v1);
+}
+
+#[test]
+fn a_real_entry_appearing_takes_the_name_of_a_generated_directory() {
+    let d = Dir::new();
+    publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
+    let mut m = Mount::new(&d.0, SETTLE);
+    let generated = at(&m.snap, "a.tensors").unwrap();
+    fs::create_dir(d.join("a.tensors")).unwrap();
+    fs::write(d.join("a.tensors/real.txt"), b"real").unwrap();
+    m.rescan();
+    assert_eq!(names(&m.snap, "a.tensors"), ["real.txt"]);
+    assert_ne!(at(&m.snap, "a.tensors"), Some(generated));
+    fs::remove_dir_all(d.join("a.tensors")).unwrap();
+    m.rescan();
+    assert_eq!(names(&m.snap, "a.tensors"), ["w"]);
+}
+
+#[test]
+fn a_single_file_source_is_followed_through_renames_and_removal() {
+    let d = Dir::new();
+    let a = d.join("a.safetensors");
+    publish(&a, &st(&[("w", 4, 1)]));
+    let mut m = Mount::new(&a, SETTLE);
+    assert_eq!(names(&m.snap, ""), ["w"]);
+    let w = at(&m.snap, "w");
+
+    publish(&a, &st(&[("w", 4, 2), ("x", 1, 3)]));
+    let diff = m.rescan();
+    assert_eq!(names(&m.snap, ""), ["w", "x"]);
+    assert_eq!(bytes(&m.snap, "w"), [2; 4]);
+    assert_ne!(at(&m.snap, "w"), w);
+    assert_eq!(diff.changed_dirs, [ROOT]);
+
+    fs::remove_file(&a).unwrap();
+    m.rescan();
+    assert!(names(&m.snap, "").is_empty());
+    publish(&a, &st(&[("w", 4, 5)]));
+    m.rescan();
+    assert_eq!(bytes(&m.snap, "w"), [5; 4]);
+    // Nothing changed: nothing rebuilt.
+    assert!(m.rescan().rescanned.is_empty());
+}
+
+#[test]
+fn strict_applies_at_mount_only() {
+    let d = Dir::new();
+    publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
+    let strict = Options {
+        strict: true,
+        ..options(SETTLE)
+    };
+    let (mut w, snap) = Writer::build(&d.0, &strict).unwrap();
+    fs::write(d.join("bad.safetensors"), b"not safetensors at all").unwrap();
+    let (snap, _) = w.rescan(&snap, &w.dirs(&snap));
+    assert_eq!(names(&snap, ""), ["a.safetensors", "a.tensors", "bad.safetensors"]);
+    assert!(Writer::build(&d.0, &strict).is_err());
+}
+
+#[test]
+fn only_the_directories_asked_for_are_read_again() {
+    let d = Dir::new();
+    for m in ["m1", "m2"] {
+        fs::create_dir(d.join(m)).unwrap();
+        publish(&d.join(&format!("{m}/a.safetensors")), &st(&[("w", 1, 1)]));
+    }
+    let mut m = Mount::new(&d.0, SETTLE);
+    publish(&d.join("m1/b.safetensors"), &st(&[("w", 1, 2)]));
+    publish(&d.join("m2/b.safetensors"), &st(&[("w", 1, 2)]));
+    let m1 = at(&m.snap, "m1").unwrap();
+    let (snap, diff) = m.writer.rescan(&m.snap, &[m1]);
+    assert_eq!(diff.rescanned, [d.join("m1")]);
+    assert!(at(&snap, "m1/b.tensors").is_some());
+    assert!(at(&snap, "m2/b.tensors").is_none());
+    m.snap = snap;
+}
+
+#[test]
+fn only_directories_whose_entries_changed_are_reported_changed() {
+    let d = Dir::new();
+    let (s1, s2) = ("m-00001-of-00002.safetensors", "m-00002-of-00002.safetensors");
+    publish(&d.join(s1), &st(&[("layers.0.w", 2, 1), ("layers.0.b", 2, 2)]));
+    publish(&d.join(s2), &st(&[("layers.1.w", 2, 3)]));
+    publish(
+        &d.join("m.safetensors.index.json"),
+        &index(&[("layers.0.w", s1), ("layers.0.b", s1), ("layers.1.w", s2)]),
+    );
+    let tree = Options {
+        layout: Layout::Tree,
+        ..options(SETTLE)
+    };
+    let (mut w, snap) = Writer::build(&d.0, &tree).unwrap();
+    assert_eq!(names(&snap, "m.tensors/layers"), ["0", "1"]);
+    let layer0 = inos(&snap, "m.tensors/layers/0");
+
+    publish(&d.join(s2), &st(&[("layers.1.w", 2, 4)]));
+    let (new, diff) = w.rescan(&snap, &w.dirs(&snap));
+    assert_eq!(inos(&new, "m.tensors/layers/0"), layer0);
+    let mut changed = diff.changed_dirs.clone();
+    changed.sort();
+    // The shard's own tensor directories take their times from the shard; the merged ones from
+    // the index, which did not change: of those, only the one holding the replaced tensor.
+    let mut want: Vec<Ino> = [
+        "",
+        "m-00002-of-00002.tensors",
+        "m-00002-of-00002.tensors/layers",
+        "m-00002-of-00002.tensors/layers/1",
+        "m.tensors/layers/1",
+    ]
+    .iter()
+    .map(|p| at(&new, p).unwrap())
+    .collect();
+    want.sort();
+    assert_eq!(changed, want);
+}
