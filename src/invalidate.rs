@@ -3,17 +3,18 @@
 //! take (a notification can wait on a request in progress, hence deadlocks elsewhere).
 //!
 //! Per diff, for what the kernel holds only:
-//! - each name that no longer leads to its inode: `delete(parent, ino, name)` (inotify watchers on
-//!   the mount see it deleted), or `inval_entry` where the kernel refuses that (a directory in
-//!   use). Over [`MAX_PER_DIR`] such names in one directory, the directory's own entry is
-//!   invalidated instead, which drops everything cached below it;
+//! - each inode that left the tree, children before their directory: `delete(parent, ino, name)`
+//!   (its link count drops to 0 and inotify watchers on the mount see it deleted), or
+//!   `inval_entry` where the kernel refuses that (a directory in use). Over [`MAX_PER_DIR`] such
+//!   entries in one directory, the directory's own entry is invalidated instead, which drops
+//!   everything cached below it;
 //! - each directory whose entries or attributes changed: `inval_inode(dir)`, which drops its
 //!   cached listing and attributes;
 //! - never a file's pages: the bytes behind an inode never change.
 //!
 //! Then the diff's generation is marked applied (the root's `user.tensormount.refresh_generation`).
 
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -72,29 +73,42 @@ pub fn start(notifier: Notifier, ns: Arc<Namespace>, rx: Receiver<Notice>) -> io
 }
 
 fn send_diff(notifier: &Notifier, ns: &Namespace, diff: &Diff) {
-    let mut by_dir: BTreeMap<Ino, Vec<&Removed>> = BTreeMap::new();
-    for r in diff.removed.iter().filter(|r| ns.held(r.ino)) {
-        by_dir.entry(r.parent).or_default().push(r);
+    // The detached inodes the kernel holds are kept (with their names) until it forgets them.
+    let mut held: Vec<Removed> = Vec::new();
+    for &ino in diff.detached.iter().rev() {
+        if let Some(node) = ns.get(ino).filter(|_| ns.held(ino)) {
+            held.push(Removed {
+                parent: node.parent,
+                name: node.name,
+                ino,
+            });
+        }
+    }
+    let mut per_dir: HashMap<Ino, usize> = HashMap::new();
+    for r in &held {
+        *per_dir.entry(r.parent).or_default() += 1;
     }
     let snapshot = ns.current();
-    for (dir, removed) in by_dir {
-        if removed.len() > MAX_PER_DIR
-            && let Some(node) = snapshot.node(dir)
-            && dir != ROOT
-        {
-            debug!(
-                "{} names changed in inode {dir}: invalidating it whole",
-                removed.len()
-            );
-            let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
-            check(notifier.inval_entry(INodeNo(node.parent), OsStr::from_bytes(&node.name)));
+    let mut whole: HashSet<Ino> = HashSet::new();
+    for (&dir, &n) in &per_dir {
+        if n <= MAX_PER_DIR {
             continue;
         }
-        for r in removed {
-            delete(notifier, r);
+        // Too many to name one by one: drop the directory's entry and all below it instead (a
+        // directory that left the tree too is dropped by its own entry).
+        whole.insert(dir);
+        if let Some(node) = snapshot.node(dir)
+            && dir != ROOT
+        {
+            debug!("{n} entries changed in inode {dir}: invalidating it whole");
+            check(notifier.inval_inode(INodeNo(dir), 0, 0));
+            check(notifier.inval_entry(INodeNo(node.parent), OsStr::from_bytes(&node.name)));
         }
     }
     drop(snapshot);
+    for r in held.iter().filter(|r| !whole.contains(&r.parent)) {
+        delete(notifier, r);
+    }
     for &dir in &diff.changed_dirs {
         if dir == ROOT || ns.held(dir) {
             check(notifier.inval_inode(INodeNo(dir), 0, 0));

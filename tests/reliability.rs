@@ -139,17 +139,36 @@ impl BigFile {
 struct ReaderCounts {
     ok: AtomicU64,
     short: AtomicU64,
-    eio: AtomicU64,
-    /// EIO for reads that ended before the source was first touched.
-    eio_before_change: AtomicU64,
+    /// Reads refused because the source changed under them (ESTALE, or EIO with refresh=off).
+    stale: AtomicU64,
+    /// Such errors for reads that ended before the source was first touched.
+    stale_before_change: AtomicU64,
+    /// Opens of a tensor file that the refreshed tree no longer has (while the source is in flux).
+    gone: AtomicU64,
     bytes: AtomicU64,
 }
 
 #[test]
-fn source_truncated_and_rewritten_under_live_readers() {
+fn source_truncated_and_rewritten_under_live_readers_frozen() {
+    truncated_and_rewritten(false);
+}
+
+#[test]
+fn source_truncated_and_rewritten_under_live_readers_followed() {
+    truncated_and_rewritten(true);
+}
+
+/// A source truncated, emptied and rewritten in place while readers (some past the page cache)
+/// read its tensors and its mirror. With `live` (the default), the daemon follows the changes:
+/// old handles get ESTALE or old cached bytes, the tensor directory disappears while the file is
+/// in flux and comes back, with the rewritten bytes, once it has settled. With `refresh=off`,
+/// reads fail with EIO until remount.
+fn truncated_and_rewritten(live: bool) {
     if !require_fuse() {
         return;
     }
+    let stale_errno = if live { libc::ESTALE } else { libc::EIO };
+    let opts: &[&str] = if live { &[] } else { &["-o", "refresh=off"] };
     let tmp = TempDir::new("truncate");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();
@@ -174,7 +193,7 @@ fn source_truncated_and_rewritten_under_live_readers() {
 
     let mnt = mountpoint(&tmp, "mnt");
     let log = tmp.join("daemon.log");
-    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &[], &log, Duration::from_secs(30));
+    let (mut daemon, _) = Daemon::spawn(&model, &mnt, opts, &log, Duration::from_secs(30));
 
     let mut files: Vec<(PathBuf, BigFile)> = (0..BIG_TENSORS)
         .map(|t| {
@@ -217,10 +236,19 @@ fn source_truncated_and_rewritten_under_live_readers() {
                         // A mirrored file the kernel reads by passthrough can only be refused at
                         // open once its source changed.
                         Err(e)
-                            if e.raw_os_error() == Some(libc::EIO)
+                            if e.raw_os_error() == Some(stale_errno)
                                 && phase.load(Ordering::SeqCst) != 0 =>
                         {
-                            counts.eio.fetch_add(1, Ordering::Relaxed);
+                            counts.stale.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        // Followed: the file is in flux, so its tensor directory is gone.
+                        Err(e)
+                            if live
+                                && e.raw_os_error() == Some(libc::ENOENT)
+                                && phase.load(Ordering::SeqCst) != 0 =>
+                        {
+                            counts.gone.fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
                         Err(e) => {
@@ -266,10 +294,10 @@ fn source_truncated_and_rewritten_under_live_readers() {
                                 }
                                 counts.bytes.fetch_add(n as u64, Ordering::Relaxed);
                             }
-                            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
-                                counts.eio.fetch_add(1, Ordering::Relaxed);
+                            Err(e) if e.raw_os_error() == Some(stale_errno) => {
+                                counts.stale.fetch_add(1, Ordering::Relaxed);
                                 if after == 0 {
-                                    counts.eio_before_change.fetch_add(1, Ordering::Relaxed);
+                                    counts.stale_before_change.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
                             Err(e) => failures.lock().unwrap().push(format!(
@@ -307,12 +335,13 @@ fn source_truncated_and_rewritten_under_live_readers() {
 
     let c = &counts;
     println!(
-        "truncate: readers: {} ok, {} short, {} EIO ({} before the change), {} MB read; {} ok \
-         before the first truncation",
+        "truncate (live: {live}): readers: {} ok, {} short, {} stale ({} before the change), {} \
+         opens of a tensor gone, {} MB read; {} ok before the first truncation",
         c.ok.load(Ordering::SeqCst),
         c.short.load(Ordering::SeqCst),
-        c.eio.load(Ordering::SeqCst),
-        c.eio_before_change.load(Ordering::SeqCst),
+        c.stale.load(Ordering::SeqCst),
+        c.stale_before_change.load(Ordering::SeqCst),
+        c.gone.load(Ordering::SeqCst),
         c.bytes.load(Ordering::SeqCst) / 1_000_000,
         ok_before
     );
@@ -325,16 +354,29 @@ fn source_truncated_and_rewritten_under_live_readers() {
     );
     assert!(ok_before > 0, "no read succeeded before the source changed");
     assert_eq!(
-        c.eio_before_change.load(Ordering::SeqCst),
+        c.stale_before_change.load(Ordering::SeqCst),
         0,
-        "EIO from reads that ended before the source was touched"
+        "errors from reads that ended before the source was touched"
     );
     assert!(
-        c.eio.load(Ordering::SeqCst) > 0,
-        "readers that drop the page cache never saw EIO while the source was truncated"
+        c.stale.load(Ordering::SeqCst) > 0,
+        "readers that drop the page cache never saw an error while the source was truncated"
     );
 
     assert!(daemon.running(), "daemon died: {}", daemon.stderr());
+    if live {
+        // The rewritten file settles and is interpreted again: new opens read it.
+        wait_refreshed(&mnt, "big.tensors back", || {
+            fs::read_dir(mnt.join("big.tensors")).is_ok_and(|d| d.count() == BIG_TENSORS)
+        });
+        for (path, file) in files.iter() {
+            let f = File::open(path).unwrap();
+            let mut b = vec![0u8; 1 << 16];
+            let off = file.len() - b.len() as u64;
+            f.read_exact_at(&mut b, off).unwrap();
+            assert_eq!(file.first_wrong(off, &b), None, "{}", path.display());
+        }
+    }
     let names: Vec<_> = fs::read_dir(&mnt)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -357,9 +399,9 @@ fn source_truncated_and_rewritten_under_live_readers() {
         read_uncached(&mnt.join("small.safetensors")) == fs::read(&small).unwrap(),
         "small.safetensors reads wrong"
     );
-    // The rewritten source has a new mtime: reads of it fail until remount, wherever they are (a
-    // mirrored file opened by passthrough before the change fails at open instead).
-    for (path, _) in files.iter() {
+    // Frozen, the rewritten source has a new mtime: reads of it fail until remount, wherever they
+    // are (a mirrored file opened by passthrough before the change fails at open instead).
+    for (path, _) in files.iter().filter(|_| !live) {
         let f = match File::open(path) {
             Err(e) if e.raw_os_error() == Some(libc::EIO) => continue,
             other => other.unwrap(),
@@ -380,11 +422,13 @@ fn source_truncated_and_rewritten_under_live_readers() {
         .lines()
         .filter(|l| l.contains("big.safetensors"))
         .collect();
+    // Frozen: one version, one warning. Followed: one per version that was read and then changed.
     assert!(
-        naming.len() == 1
-            && naming[0].starts_with("tensormount: ")
-            && naming[0].contains(canonical.to_str().unwrap()),
-        "want exactly one warning naming {}; stderr:\n{err}",
+        (naming.len() == 1 || live && !naming.is_empty())
+            && naming.iter().all(|l| l.starts_with("tensormount: ")
+                && l.contains(canonical.to_str().unwrap())
+                && l.contains("changed in place")),
+        "want one warning per changed version naming {}; stderr:\n{err}",
         canonical.display()
     );
     if err.lines().count() > 1 {
@@ -426,8 +470,10 @@ fn two_tensors(path: &Path, seed: u64) {
     );
 }
 
+/// With `refresh=off`, the tree built at mount stays: a source replaced by rename keeps serving
+/// its old bytes until remount (the followed case is in tests/refresh.rs).
 #[test]
-fn source_replaced_by_rename_keeps_serving_old_bytes() {
+fn source_replaced_by_rename_frozen_keeps_serving_old_bytes() {
     if !require_fuse() {
         return;
     }
@@ -445,7 +491,8 @@ fn source_replaced_by_rename_keeps_serving_old_bytes() {
 
     let mnt = mountpoint(&tmp, "mnt");
     let log = tmp.join("daemon.log");
-    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &[], &log, Duration::from_secs(30));
+    let frozen = ["-o", "refresh=off"];
+    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &frozen, &log, Duration::from_secs(30));
     let a = mnt.join("model.tensors/a");
     let b = mnt.join("model.tensors/b");
     let mirror = mnt.join("model.safetensors");
@@ -471,7 +518,7 @@ fn source_replaced_by_rename_keeps_serving_old_bytes() {
     let err = daemon.stop();
     assert!(err.is_empty(), "no warning expected; stderr:\n{err}");
 
-    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &[], &log, Duration::from_secs(30));
+    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &frozen, &log, Duration::from_secs(30));
     assert!(read_uncached(&a) == bytes(4096, 11), "a after remount");
     assert!(read_uncached(&b) == bytes(1024, 12), "b after remount");
     assert!(read_uncached(&mirror) == new, "mirror after remount");

@@ -343,7 +343,19 @@ fn log_file_receives_warnings_while_serving() {
     );
     let log = m.tmp.join("tensormount.log");
     fs::write(&log, "earlier line\n").unwrap();
-    let mut fg = Fg::spawn(&["-f", "--log-file", s(&log), s(&src), s(&m.dir)], None);
+    // Frozen (refresh=off), so that the truncated file stays in the tree and reads of it warn.
+    let mut fg = Fg::spawn(
+        &[
+            "-f",
+            "-o",
+            "refresh=off",
+            "--log-file",
+            s(&log),
+            s(&src),
+            s(&m.dir),
+        ],
+        None,
+    );
     wait_for("mount", || is_mounted(&m.dir));
     let list = run(&["--list", "--json", s(&src)]);
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
@@ -370,7 +382,7 @@ fn log_file_receives_warnings_while_serving() {
     assert!(text.starts_with("earlier line\n"), "not appended: {text}");
     assert!(
         text.lines()
-            .any(|l| l.starts_with("tensormount: ") && l.contains("changed since it was mounted")),
+            .any(|l| l.starts_with("tensormount: ") && l.contains("changed in place")),
         "{text}"
     );
     fg.signal(libc::SIGTERM);
@@ -412,7 +424,7 @@ mount -t tmpfs tmpfs /dev
 for n in fuse null; do touch /dev/$n; mount --bind {root}/olddev/$n /dev/$n; done
 touch /dev/log
 mount --bind {sock} /dev/log
-{bin} {src} {mnt}
+{bin} -o refresh=off {src} {mnt}
 truncate -s 1000 {src}
 cat {mnt}/t >/dev/null 2>&1 || echo MARK-EIO
 umount {mnt}
@@ -426,14 +438,14 @@ umount {mnt}
     let out = in_private_mount_namespace(&script);
     assert!(out.status.success(), "{}", show(&out));
     assert!(stdout(&out).contains("MARK-EIO"), "{}", show(&out));
-    assert!(!stderr(&out).contains("changed since"), "{}", show(&out));
+    assert!(!stderr(&out).contains("changed in place"), "{}", show(&out));
     let mut buf = vec![0; 65536];
     let n = sock.recv(&mut buf).expect("a syslog datagram");
     let line = String::from_utf8_lossy(&buf[..n]).into_owned();
     // <28> = facility daemon (3 << 3) | severity warning (4).
     assert!(line.starts_with("<28>tensormount["), "{line}");
     assert!(
-        line.contains(&format!("{}: changed since it was mounted", s(&src))),
+        line.contains(&format!("{}: changed in place", s(&src))),
         "{line}"
     );
 }

@@ -213,6 +213,8 @@ fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
     );
 }
 
+/// Frozen (refresh=off), reads of a truncated source fail with EIO; followed, a handle opened
+/// before gets ESTALE (tests/refresh.rs).
 #[test]
 fn npy_reads_fail_with_eio_once_the_source_is_truncated() {
     if !require_fuse() {
@@ -220,7 +222,7 @@ fn npy_reads_fail_with_eio_once_the_source_is_truncated() {
     }
     let tmp = TempDir::new("npytrunc");
     let (src, big) = npy_model(tmp.path());
-    let (m, _) = mount(&src, "npy");
+    let (m, _) = mount(&src, "npy,refresh=off");
     let view = m.path("w.npy");
     let len = fs::metadata(&src).unwrap().len();
     fs::OpenOptions::new()

@@ -51,7 +51,7 @@ fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
         );
     }
     let mut json = serde_json::to_string(&header).unwrap();
-    while (8 + json.len()) % 8 != 0 {
+    while !(8 + json.len()).is_multiple_of(8) {
         json.push(' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
@@ -108,7 +108,9 @@ fn names(s: &Snapshot, path: &str) -> Vec<String> {
 }
 
 fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
-    s.read(at(s, path).unwrap(), 0, u32::MAX).unwrap().into_owned()
+    s.read(at(s, path).unwrap(), 0, u32::MAX)
+        .unwrap()
+        .into_owned()
 }
 
 /// Every path below `path` with its inode number.
@@ -160,7 +162,10 @@ impl Mount {
         assert_eq!(left, detached, "detached inodes");
         // New inode numbers are new: never one the tree had.
         let max_old = old.iter().max().copied().unwrap_or(0);
-        assert!(new.difference(&old).all(|&i| i > max_old), "an inode number reused");
+        assert!(
+            new.difference(&old).all(|&i| i > max_old),
+            "an inode number reused"
+        );
         self.snap = snap;
         diff
     }
@@ -281,8 +286,15 @@ fn a_file_rewritten_in_place_is_interpreted_only_once_it_has_settled() {
 
     rewrite(&a, &st(&[("w", 4, 2), ("new", 1, 3)]));
     let diff = m.rescan();
-    assert_eq!(names(&m.snap, ""), ["a.safetensors"], "in flux: no a.tensors");
-    let error = m.snap.xattr(at(&m.snap, "a.safetensors").unwrap(), "user.safetensors.error");
+    assert_eq!(
+        names(&m.snap, ""),
+        ["a.safetensors"],
+        "in flux: no a.tensors"
+    );
+    let error = m.snap.xattr(
+        at(&m.snap, "a.safetensors").unwrap(),
+        "user.safetensors.error",
+    );
     let error = String::from_utf8(error.unwrap()).unwrap();
     assert!(error.contains("being written"), "{error}");
     assert_eq!(removed_names(&diff), ["a.safetensors", "a.tensors"]);
@@ -307,7 +319,10 @@ fn a_file_growing_in_place_is_mirrored_but_not_interpreted_until_complete_and_se
     assert_eq!(names(&m.snap, ""), ["a.safetensors"]);
     let error = String::from_utf8(
         m.snap
-            .xattr(at(&m.snap, "a.safetensors").unwrap(), "user.safetensors.error")
+            .xattr(
+                at(&m.snap, "a.safetensors").unwrap(),
+                "user.safetensors.error",
+            )
             .unwrap(),
     )
     .unwrap();
@@ -317,7 +332,11 @@ fn a_file_growing_in_place_is_mirrored_but_not_interpreted_until_complete_and_se
     f.write_all(&full[full.len() / 2..]).unwrap();
     drop(f);
     m.rescan();
-    assert_eq!(names(&m.snap, ""), ["a.safetensors"], "complete, not settled");
+    assert_eq!(
+        names(&m.snap, ""),
+        ["a.safetensors"],
+        "complete, not settled"
+    );
     assert_eq!(bytes(&m.snap, "a.safetensors"), full);
     let (deadline, _) = m.writer.deadline().unwrap();
     std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
@@ -348,7 +367,10 @@ fn partial_files_are_mirrored_never_interpreted() {
 #[test]
 fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shards() {
     let d = Dir::new();
-    let (s1, s2) = ("m-00001-of-00002.safetensors", "m-00002-of-00002.safetensors");
+    let (s1, s2) = (
+        "m-00001-of-00002.safetensors",
+        "m-00002-of-00002.safetensors",
+    );
     publish(&d.join(s1), &st(&[("a", 2, 1), ("b", 2, 2)]));
     publish(&d.join(s2), &st(&[("c", 2, 3)]));
     let idx = index(&[("a", s1), ("b", s1), ("c", s2)]);
@@ -366,7 +388,11 @@ fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shard
         at(&m.snap, "m.safetensors.index.json").unwrap(),
         "user.safetensors.error",
     );
-    assert!(String::from_utf8(error.unwrap()).unwrap().contains("missing"));
+    assert!(
+        String::from_utf8(error.unwrap())
+            .unwrap()
+            .contains("missing")
+    );
 
     // It comes back, with new bytes: shown again; shard 1's tensors were never replaced.
     publish(&d.join(s2), &st(&[("c", 2, 9)]));
@@ -375,7 +401,10 @@ fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shard
     assert_ne!(at(&m.snap, "m.tensors/c"), c);
     assert_eq!(names(&m.snap, "m.tensors"), ["__metadata__", "a", "b", "c"]);
     let a_again = at(&m.snap, "m.tensors/a");
-    assert_ne!(a_again, a, "the merged directory was gone, so its entries are new");
+    assert_ne!(
+        a_again, a,
+        "the merged directory was gone, so its entries are new"
+    );
     assert_ne!(at(&m.snap, "m.tensors"), merged);
 
     // Now one shard replaced while the set stays valid: shard 1's tensors keep their inodes.
@@ -489,7 +518,10 @@ fn strict_applies_at_mount_only() {
     let (mut w, snap) = Writer::build(&d.0, &strict).unwrap();
     fs::write(d.join("bad.safetensors"), b"not safetensors at all").unwrap();
     let (snap, _) = w.rescan(&snap, &w.dirs(&snap));
-    assert_eq!(names(&snap, ""), ["a.safetensors", "a.tensors", "bad.safetensors"]);
+    assert_eq!(
+        names(&snap, ""),
+        ["a.safetensors", "a.tensors", "bad.safetensors"]
+    );
     assert!(Writer::build(&d.0, &strict).is_err());
 }
 
@@ -514,8 +546,14 @@ fn only_the_directories_asked_for_are_read_again() {
 #[test]
 fn only_directories_whose_entries_changed_are_reported_changed() {
     let d = Dir::new();
-    let (s1, s2) = ("m-00001-of-00002.safetensors", "m-00002-of-00002.safetensors");
-    publish(&d.join(s1), &st(&[("layers.0.w", 2, 1), ("layers.0.b", 2, 2)]));
+    let (s1, s2) = (
+        "m-00001-of-00002.safetensors",
+        "m-00002-of-00002.safetensors",
+    );
+    publish(
+        &d.join(s1),
+        &st(&[("layers.0.w", 2, 1), ("layers.0.b", 2, 2)]),
+    );
     publish(&d.join(s2), &st(&[("layers.1.w", 2, 3)]));
     publish(
         &d.join("m.safetensors.index.json"),

@@ -404,3 +404,56 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// The root's `user.tensormount.refresh_generation`: counts the refreshes whose kernel
+/// notifications have been sent.
+pub fn generation(mnt: &Path) -> u64 {
+    let path = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
+    let name = c"user.tensormount.refresh_generation";
+    let mut buf = [0u8; 32];
+    // SAFETY: valid NUL-terminated strings and a writable buffer of the given length.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert!(
+        n > 0,
+        "{}: no refresh generation: {}",
+        mnt.display(),
+        io::Error::last_os_error()
+    );
+    std::str::from_utf8(&buf[..n as usize])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `cond` holds, checking it again after each refresh of the mount (never on a
+/// timer); fails after 10 s.
+pub fn wait_refreshed(mnt: &Path, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        let seen = generation(mnt);
+        if cond() {
+            return;
+        }
+        while generation(mnt) == seen {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out waiting for {what} (refresh generation {seen})"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Waits for one more refresh of the mount than `seen`.
+pub fn wait_generation_after(mnt: &Path, seen: u64) {
+    wait_refreshed(mnt, &format!("a refresh after generation {seen}"), || {
+        generation(mnt) > seen
+    });
+}

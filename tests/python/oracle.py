@@ -8,6 +8,8 @@ Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
   oracle.py compare SRC TENSOR_DIR      check a mounted tree against SRC
             [--npy]                     ... and its NPY views (mounted with -o npy)
   oracle.py load-all SRC                JSON {name: [dtype, shape, sha256]}
+  oracle.py save PATH SEED NAME...      write PATH with the official writer: one float32
+                                        tensor of 1024 values per NAME, from SEED
 
 SRC is a .safetensors file or a directory; for a directory every *.safetensors
 file directly inside it is used (tensor names must be unique across them).
@@ -248,6 +250,14 @@ def compare_npy(name, dtype, expected, path):
     return errors
 
 
+def save(path, seed, names):
+    """The official writer, as a publisher uses it (it writes a temporary file and renames it)."""
+    rng = np.random.default_rng(seed)
+    save_file({n: rng.standard_normal(1024, dtype=np.float32) for n in names}, path,
+              metadata={"format": "np", "seed": str(seed)})
+    return 0
+
+
 def load_all(src):
     summary = {}
     for name, dtype, shape, array in load(src):
@@ -267,12 +277,18 @@ def main():
     p.add_argument("--allow-extra", action="store_true",
                    help="ignore tagged files whose tensor is not in SRC")
     sub.add_parser("load-all").add_argument("src")
+    p = sub.add_parser("save")
+    p.add_argument("path")
+    p.add_argument("seed", type=int)
+    p.add_argument("names", nargs="+")
     args = parser.parse_args()
 
     if args.cmd == "write-fixtures":
         return write_fixtures(args.dir) or 0
     if args.cmd == "compare":
         return compare(args.src, args.tensor_dir, args.allow_extra, args.npy)
+    if args.cmd == "save":
+        return save(args.path, args.seed, args.names)
     return load_all(args.src)
 
 
