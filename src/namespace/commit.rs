@@ -45,11 +45,11 @@ impl<'a> Commit<'a> {
     /// inode numbers of its entries in the old snapshot where their identity is unchanged.
     pub fn dir(&mut self, ino: Ino, dir: DirNode, mut children: Vec<Draft>) {
         children.sort_by(|a, b| a.name.cmp(&b.name));
-        let old_children: Arc<[Ino]> = self
+        let old_children: &[Ino] = self
             .old
             .node(ino)
             .and_then(Node::dir)
-            .map_or_else(|| Arc::from([]), |d| d.children.clone());
+            .map_or(&[], |d| &d.children);
         let mut placed = Vec::with_capacity(children.len());
         let mut old = old_children.iter().copied().peekable();
         for draft in children {
@@ -93,11 +93,11 @@ impl<'a> Commit<'a> {
                 nlink: 2 + subdirs as u32,
                 ..dir.attr
             },
-            content: Content::Dir(Dir {
+            content: Content::Dir(Arc::new(Dir {
                 children: placed.into(),
                 xattrs: dir.xattrs,
                 origin: dir.origin,
-            }),
+            })),
         };
         let unchanged = self.old.node(ino).is_some_and(|o| same_dir(o, &node));
         if !unchanged {
@@ -249,14 +249,7 @@ fn same_error(a: &Node, b: &Node) -> bool {
 /// Whether a directory node is unchanged: same attributes, entries and xattrs.
 fn same_dir(a: &Node, b: &Node) -> bool {
     match (a.dir(), b.dir()) {
-        (Some(x), Some(y)) => {
-            a.attr == b.attr
-                && a.name == b.name
-                && a.parent == b.parent
-                && x.origin == y.origin
-                && x.children == y.children
-                && (Arc::ptr_eq(&x.xattrs, &y.xattrs) || x.xattrs == y.xattrs)
-        }
+        (Some(x), Some(y)) => a.attr == b.attr && a.name == b.name && a.parent == b.parent && x == y,
         _ => false,
     }
 }

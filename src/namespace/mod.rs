@@ -175,7 +175,8 @@ pub type Xattrs = BTreeMap<String, String>;
 
 #[derive(Debug, Clone)]
 pub enum Content {
-    Dir(Dir),
+    /// Behind an `Arc`, so that the file variants (most nodes) stay small.
+    Dir(Arc<Dir>),
     /// A mirrored file: the whole source, and why it is not what its name claims, if it is not.
     Mirror {
         source: Arc<Source>,
@@ -195,10 +196,10 @@ pub enum Content {
     Generated(Arc<[u8]>),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, PartialEq)]
 pub struct Dir {
     /// Sorted by the bytes of their names.
-    pub children: Arc<[Ino]>,
+    pub children: Box<[Ino]>,
     pub xattrs: Arc<Xattrs>,
     pub origin: Origin,
 }

@@ -98,8 +98,6 @@ pub struct Source {
     warned: AtomicU8,
     /// For `.safetensors` files, parsed on first use: the header, or why it is invalid.
     header: OnceLock<Result<Arc<Parsed>, Arc<str>>>,
-    /// For index files, parsed on first use.
-    index: OnceLock<Result<Arc<Index>, Arc<str>>>,
 }
 
 impl Source {
@@ -128,7 +126,6 @@ impl Source {
             changed: AtomicBool::new(false),
             warned: AtomicU8::new(0),
             header: OnceLock::new(),
-            index: OnceLock::new(),
         })
     }
 
@@ -156,14 +153,11 @@ impl Source {
         })
     }
 
-    /// The parsed index (parsed on first call), or why it is broken.
-    pub fn index(&self) -> &Result<Arc<Index>, Arc<str>> {
-        self.index.get_or_init(|| {
-            let file = self.file_for_read().map_err(|e| Arc::from(e.as_str()))?;
-            read_index(&file, self.version.size)
-                .map(Arc::new)
-                .map_err(|e| Arc::from(e.as_str()))
-        })
+    /// The file parsed as an index, or why it is broken. Parsed anew on each call: an index of a
+    /// large set is megabytes of memory, needed only while its merged directory is built.
+    pub fn index(&self) -> Result<Index, String> {
+        let file = self.file_for_read()?;
+        read_index(&file, self.version.size)
     }
 
     /// Where tensor data starts (0 for a file that is not a valid safetensors file).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{Ino, Node};
 
-const CHUNK: usize = 256;
+const CHUNK: usize = 1024;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Table {

@@ -728,7 +728,7 @@ impl Writer {
                 continue;
             }
             let merged = match source.index() {
-                Ok(idx) => sets::check(idx, |shard| {
+                Ok(idx) => sets::check(&idx, |shard| {
                     let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
                     Some(Shard {
                         source: s,
@@ -737,7 +737,7 @@ impl Writer {
                 })
                 .map(|m| (idx, m)),
                 Err(e) => Err(Refused {
-                    reason: e.to_string(),
+                    reason: e,
                     settling: false,
                 }),
             };
