@@ -2,6 +2,7 @@
 //! Parses and checks the index on its own; checking it against the shards is the namespace's job.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use std::fmt;
 
@@ -47,19 +48,27 @@ pub fn parse(bytes: &[u8]) -> Result<Index, String> {
     let Some(StrictMap(map)) = top.weight_map else {
         return Err("index has no `weight_map` object".into());
     };
+    // Entries are checked in any order, but the one reported is the first by name, as a sorted
+    // walk would find it.
     let mut weight_map = HashMap::with_capacity(map.len());
+    let mut first_bad: Option<(String, String)> = None;
     for (tensor, shard) in map {
-        let Value::String(shard) = shard else {
-            return Err(format!(
-                "weight_map entry for tensor `{tensor}` is not a string"
-            ));
-        };
-        if !is_plain_file_name(&shard) {
-            return Err(format!(
+        let problem = match shard {
+            Value::String(shard) if is_plain_file_name(&shard) => {
+                weight_map.insert(tensor, shard);
+                continue;
+            }
+            Value::String(shard) => format!(
                 "weight_map entry for tensor `{tensor}` is `{shard}`, not a file name in the index's directory"
-            ));
+            ),
+            _ => format!("weight_map entry for tensor `{tensor}` is not a string"),
+        };
+        if first_bad.as_ref().is_none_or(|(t, _)| tensor < *t) {
+            first_bad = Some((tensor, problem));
         }
-        weight_map.insert(tensor, shard);
+    }
+    if let Some((_, problem)) = first_bad {
+        return Err(problem);
     }
     Ok(Index {
         weight_map,
@@ -75,7 +84,7 @@ struct IndexFile {
 
 /// A JSON object in which a key given twice is an error (serde_json keeps the last one silently,
 /// which would let an index list a tensor twice with two different shards).
-struct StrictMap(Map<String, Value>);
+struct StrictMap(HashMap<String, Value>);
 
 impl<'de> Deserialize<'de> for IndexFile {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -123,15 +132,20 @@ impl<'de> Deserialize<'de> for StrictMap {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictMap, A::Error> {
-                let mut out = Map::new();
+                let mut out = HashMap::with_capacity(map.size_hint().unwrap_or(0));
                 while let Some(key) = map.next_key::<String>()? {
                     let value: Value = map.next_value()?;
-                    if out.contains_key(&key) {
-                        return Err(de::Error::custom(format!(
-                            "weight_map lists tensor `{key}` twice"
-                        )));
+                    match out.entry(key) {
+                        Entry::Occupied(e) => {
+                            return Err(de::Error::custom(format!(
+                                "weight_map lists tensor `{}` twice",
+                                e.key()
+                            )));
+                        }
+                        Entry::Vacant(e) => {
+                            e.insert(value);
+                        }
                     }
-                    out.insert(key, value);
                 }
                 Ok(StrictMap(out))
             }

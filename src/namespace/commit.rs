@@ -249,7 +249,9 @@ fn same_error(a: &Node, b: &Node) -> bool {
 /// Whether a directory node is unchanged: same attributes, entries and xattrs.
 fn same_dir(a: &Node, b: &Node) -> bool {
     match (a.dir(), b.dir()) {
-        (Some(x), Some(y)) => a.attr == b.attr && a.name == b.name && a.parent == b.parent && x == y,
+        (Some(x), Some(y)) => {
+            a.attr == b.attr && a.name == b.name && a.parent == b.parent && x == y
+        }
         _ => false,
     }
 }

@@ -1,13 +1,58 @@
 //! Sharded sets: an index and the shards its `weight_map` names, all files of the index's own
 //! directory. A merged directory is shown only while the index and every shard it names are
 //! present, settled and valid, and agree with each other.
+//!
+//! An index of a large set is megabytes of JSON and more in memory. What a check needs of it is
+//! kept per index version as a [`Plan`]: for each shard, how many tensors the index maps to it and
+//! a digest of their names. A shard agrees with the index when its own count and digest (kept per
+//! shard version) are the same; only when they are not is the index parsed again, to name the
+//! tensor at fault.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+
+use serde_json::{Map, Value};
 
 use super::layout::Entry;
 use super::source::Source;
 use crate::index::Index;
+
+/// What an index says, in brief.
+#[derive(Debug)]
+pub(super) struct Plan {
+    /// By shard file name: the number of tensors mapped to it and the digest of their names.
+    pub shards: BTreeMap<String, (usize, u64)>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl Plan {
+    pub fn of(idx: Index) -> Plan {
+        let mut shards: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        for (tensor, shard) in &idx.weight_map {
+            let (count, digest) = shards.entry(shard.clone()).or_default();
+            *count += 1;
+            *digest = digest.wrapping_add(name_hash(tensor));
+        }
+        Plan {
+            shards,
+            metadata: idx.metadata,
+        }
+    }
+}
+
+/// The digest of a set of names: the wrapping sum of their hashes, so independent of order.
+pub(super) fn digest<'a>(names: impl Iterator<Item = &'a str>) -> (usize, u64) {
+    names.fold((0, 0), |(n, d), name| {
+        (n + 1, d.wrapping_add(name_hash(name)))
+    })
+}
+
+fn name_hash(name: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
 
 /// A file of the index's directory, as the check needs it.
 pub(super) struct Shard<'a> {
@@ -38,10 +83,48 @@ impl From<String> for Refused {
     }
 }
 
-/// Checks an index against its shards (`file` looks a file of the directory up by name): every
-/// shard named is a settled, valid `.safetensors` file of the directory, every listed tensor is in
-/// its shard, and every tensor of a shard is listed for that shard.
+/// Checks an index, in brief, against its shards (`file` looks a file of the directory up by
+/// name): every shard named is a settled, valid `.safetensors` file of the directory holding
+/// exactly the tensors the index maps to it. `full` parses the index, to say what is wrong.
 pub(super) fn check<'a>(
+    plan: &Plan,
+    file: impl Fn(&str) -> Option<Shard<'a>>,
+    full: impl FnOnce() -> Result<Index, String>,
+) -> Result<Merged, Refused> {
+    let mut entries = Vec::new();
+    let mut shards = Vec::with_capacity(plan.shards.len());
+    for (shard, &wanted) in &plan.shards {
+        let Some(f) = file(shard) else {
+            return Err(format!("shard `{shard}` named in weight_map is missing").into());
+        };
+        if !shard.ends_with(".safetensors") {
+            return Err(format!("shard `{shard}` is not a .safetensors file").into());
+        }
+        if !f.settled {
+            return Err(Refused {
+                reason: format!("shard `{shard}` is being written"),
+                settling: true,
+            });
+        }
+        let Ok(parsed) = f.source.header() else {
+            return Err(format!("shard `{shard}` is not a valid safetensors file").into());
+        };
+        if f.source.digest() != wanted {
+            // Some tensor is where the index does not say: find it.
+            return Err(match full().map(|idx| check_full(&idx, file)) {
+                Ok(Err(refused)) => refused,
+                Ok(Ok(_)) => format!("shard `{shard}` does not hold what weight_map says").into(),
+                Err(e) => e.into(),
+            });
+        }
+        entries.extend(parsed.tensors.iter().map(|t| (t.clone(), f.source.clone())));
+        shards.push(f.source.clone());
+    }
+    Ok(Merged { entries, shards })
+}
+
+/// The check on the whole index, naming the first disagreement it finds.
+fn check_full<'a>(
     idx: &Index,
     file: impl Fn(&str) -> Option<Shard<'a>>,
 ) -> Result<Merged, Refused> {

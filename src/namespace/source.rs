@@ -24,6 +24,7 @@ use log::warn;
 use memmap2::Mmap;
 
 use super::ReadError;
+use super::sets::{self, Plan};
 use crate::format::{self, Tensor};
 use crate::index::{self, Index};
 
@@ -98,6 +99,10 @@ pub struct Source {
     warned: AtomicU8,
     /// For `.safetensors` files, parsed on first use: the header, or why it is invalid.
     header: OnceLock<Result<Arc<Parsed>, Arc<str>>>,
+    /// For a valid header: the count and digest of its tensor names (see [`sets`](super::sets)).
+    digest: OnceLock<(usize, u64)>,
+    /// For index files, on first use: what the index says, in brief.
+    plan: OnceLock<Result<Arc<Plan>, Arc<str>>>,
 }
 
 impl Source {
@@ -126,6 +131,8 @@ impl Source {
             changed: AtomicBool::new(false),
             warned: AtomicU8::new(0),
             header: OnceLock::new(),
+            digest: OnceLock::new(),
+            plan: OnceLock::new(),
         })
     }
 
@@ -154,10 +161,27 @@ impl Source {
     }
 
     /// The file parsed as an index, or why it is broken. Parsed anew on each call: an index of a
-    /// large set is megabytes of memory, needed only while its merged directory is built.
-    pub fn index(&self) -> Result<Index, String> {
+    /// large set is megabytes of memory; what is kept of it is its [`Plan`].
+    pub(super) fn index(&self) -> Result<Index, String> {
         let file = self.file_for_read()?;
         read_index(&file, self.version.size)
+    }
+
+    /// What this index says, in brief (parsed on first call), or why it is broken.
+    pub(super) fn plan(&self) -> &Result<Arc<Plan>, Arc<str>> {
+        self.plan.get_or_init(|| {
+            self.index()
+                .map(|idx| Arc::new(Plan::of(idx)))
+                .map_err(Arc::from)
+        })
+    }
+
+    /// The count and digest of this file's tensor names (none if it is not valid).
+    pub(super) fn digest(&self) -> (usize, u64) {
+        *self.digest.get_or_init(|| match self.header() {
+            Ok(p) => sets::digest(p.tensors.iter().map(|t| &*t.name)),
+            Err(_) => (0, 0),
+        })
     }
 
     /// Where tensor data starts (0 for a file that is not a valid safetensors file).

@@ -727,21 +727,25 @@ impl Writer {
                 errors.insert(name.clone(), flux_reason());
                 continue;
             }
-            let merged = match source.index() {
-                Ok(idx) => sets::check(&idx, |shard| {
-                    let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
-                    Some(Shard {
-                        source: s,
-                        settled: !in_flux(n),
-                    })
-                })
-                .map(|m| (idx, m)),
+            let merged = match source.plan() {
+                Ok(plan) => sets::check(
+                    plan,
+                    |shard| {
+                        let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
+                        Some(Shard {
+                            source: s,
+                            settled: !in_flux(n),
+                        })
+                    },
+                    || source.index(),
+                )
+                .map(|m| (plan, m)),
                 Err(e) => Err(Refused {
-                    reason: e,
+                    reason: e.to_string(),
                     settling: false,
                 }),
             };
-            let (idx, merged) = match merged {
+            let (plan, merged) = match merged {
                 Ok(m) => m,
                 Err(Refused { reason, settling }) => {
                     // A shard still being written is no problem yet.
@@ -760,7 +764,7 @@ impl Writer {
             let draft = match self.kept_generated(d, &dir, &inputs) {
                 Some(keep) => keep,
                 None => {
-                    let metadata = idx.metadata.clone();
+                    let metadata = plan.metadata.clone();
                     let json = metadata
                         .clone()
                         .map(|m| layout::metadata_json(&Value::Object(m)));
