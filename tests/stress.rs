@@ -324,3 +324,277 @@ fn random_reads_from_16_readers_are_all_correct() {
     assert!(!is_mounted(&mnt));
     assert!(err.is_empty(), "daemon stderr:\n{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Republishing under readers
+// ---------------------------------------------------------------------------------------------
+
+const VERSIONS: usize = 3;
+const REPUBLISHED_TENSORS: usize = 6;
+
+/// The bytes of tensor `t` of republished version `v`.
+fn version_bytes(v: usize, t: usize) -> Vec<u8> {
+    bytes(64 * 1024 + t * 4099, (v * 100 + t) as u64 + 7)
+}
+
+/// Tasks of `pid` in uninterruptible sleep (state D), by thread id.
+fn d_state_tasks(pid: u32) -> Vec<String> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = fs::read_to_string(t.path().join("stat")).ok()?;
+            let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+            (state == 'D').then(|| format!("{pid}/{}", t.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// One shard of a two-shard model is republished by rename in a loop while 8 readers read its
+/// tensors (through the merged directory, the shard's own directory and the mirrored shard),
+/// some past the page cache. Every read must return the bytes of one published version, all
+/// reads through one handle the same version; nothing may hang in the kernel (a watchdog looks
+/// for tasks stuck in state D), the daemon stays up, unmounts cleanly, and its descriptors come
+/// back to where they were.
+#[test]
+fn republishing_under_readers_never_mixes_versions() {
+    if !require_fuse() {
+        return;
+    }
+    let secs: f64 = std::env::var("TENSORMOUNT_STRESS_SECS")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .expect("TENSORMOUNT_STRESS_SECS: a number of seconds")
+        })
+        .unwrap_or(3.0);
+    let tmp = TempDir::new("republish");
+    let model = tmp.join("model");
+    fs::create_dir(&model).unwrap();
+    let names: Vec<String> = (0..REPUBLISHED_TENSORS)
+        .map(|t| format!("layers.1.w{t}"))
+        .collect();
+    let write_shard = |path: &std::path::Path, v: usize| {
+        let list: Vec<T<'_>> = names
+            .iter()
+            .enumerate()
+            .map(|(t, name)| T {
+                name,
+                dtype: "U8",
+                shape: &[],
+                data: version_bytes(v, t),
+            })
+            .map(|mut t| {
+                t.shape = Box::leak(vec![t.data.len()].into_boxed_slice());
+                t
+            })
+            .collect();
+        write_safetensors(path, &list, None);
+    };
+    // Shard 1 never changes; shard 2 is published in VERSIONS versions, staged here.
+    write_safetensors(
+        &model.join("model-00001-of-00002.safetensors"),
+        &[T {
+            name: "layers.0.w",
+            dtype: "U8",
+            shape: &[1000],
+            data: bytes(1000, 1),
+        }],
+        None,
+    );
+    let staged: Vec<PathBuf> = (0..VERSIONS)
+        .map(|v| {
+            let p = tmp.join(format!("v{v}.safetensors"));
+            write_shard(&p, v);
+            p
+        })
+        .collect();
+    let shard = model.join("model-00002-of-00002.safetensors");
+    fs::copy(&staged[0], &shard).unwrap();
+    let mut weight_map = serde_json::Map::new();
+    weight_map.insert(
+        "layers.0.w".into(),
+        "model-00001-of-00002.safetensors".into(),
+    );
+    for n in &names {
+        weight_map.insert(n.clone(), "model-00002-of-00002.safetensors".into());
+    }
+    fs::write(
+        model.join("model.safetensors.index.json"),
+        serde_json::json!({"metadata": {}, "weight_map": weight_map}).to_string(),
+    )
+    .unwrap();
+    let mirror_versions: Vec<Vec<u8>> = staged.iter().map(|p| fs::read(p).unwrap()).collect();
+
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let (mut daemon, _) = Daemon::spawn(&model, &mnt, &[], &log, Duration::from_secs(30));
+    let pid = daemon.pid() as u32;
+    // Files to read: (path, index of the tensor or None for the mirrored shard).
+    let mut files: Vec<(PathBuf, Option<usize>)> = Vec::new();
+    for (t, n) in names.iter().enumerate() {
+        files.push((mnt.join("model.tensors").join(n), Some(t)));
+        files.push((mnt.join("model-00002-of-00002.tensors").join(n), Some(t)));
+    }
+    files.push((mnt.join("model-00002-of-00002.safetensors"), None));
+    for (p, _) in &files {
+        fs::read(p).unwrap();
+    }
+    let fds_before = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let generation_before = generation(&mnt);
+
+    let files = Arc::new(files);
+    let mirror_versions = Arc::new(mirror_versions);
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    // Which version a read of `len` bytes at `off` of `file` shows, if any.
+    let version_of = {
+        let mirror_versions = mirror_versions.clone();
+        move |file: Option<usize>, off: usize, got: &[u8]| -> Option<usize> {
+            (0..VERSIONS).find(|&v| match file {
+                Some(t) => version_bytes(v, t).get(off..off + got.len()) == Some(got),
+                None => mirror_versions[v].get(off..off + got.len()) == Some(got),
+            })
+        }
+    };
+    let readers: Vec<_> = (0..8u64)
+        .map(|r| {
+            let (files, stop, failures, counts, version_of) = (
+                files.clone(),
+                stop.clone(),
+                failures.clone(),
+                counts.clone(),
+                version_of.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(r + 11);
+                let mut buf = vec![0u8; 256 * 1024];
+                while !stop.load(Ordering::SeqCst) {
+                    let (path, which) = &files[rng.below(files.len() as u64) as usize];
+                    let f = match File::open(path) {
+                        Ok(f) => f,
+                        // The kernel retries an open once on ESTALE; republished again within
+                        // that retry, the caller sees it.
+                        Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
+                            counts[2].fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(e) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("open {}: {e}", path.display()));
+                            continue;
+                        }
+                    };
+                    let len = f.metadata().unwrap().len() as usize;
+                    let mut seen: Option<usize> = None;
+                    for _ in 0..4 {
+                        if r % 2 == 0 {
+                            // SAFETY: posix_fadvise on our own descriptor.
+                            unsafe {
+                                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+                            };
+                        }
+                        let off = rng.below(len as u64) as usize;
+                        let n = (1 + rng.below(buf.len() as u64) as usize).min(len - off);
+                        if let Err(e) = f.read_exact_at(&mut buf[..n], off as u64) {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("read {}: {e}", path.display()));
+                            break;
+                        }
+                        match (version_of(*which, off, &buf[..n]), seen) {
+                            (None, _) => failures.lock().unwrap().push(format!(
+                                "{}: {n} bytes at {off} are of no published version",
+                                path.display()
+                            )),
+                            (Some(v), Some(s)) if v != s => failures.lock().unwrap().push(format!(
+                                "{}: one handle read versions {s} and {v}",
+                                path.display()
+                            )),
+                            (Some(v), _) => seen = Some(v),
+                        }
+                        counts[0].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // The watchdog: a task of the test or of the daemon in state D for 5 s in a row is stuck.
+    let watchdog = {
+        let (stop, failures) = (stop.clone(), failures.clone());
+        std::thread::spawn(move || {
+            let mut stuck: std::collections::HashMap<String, u32> = Default::default();
+            while !stop.load(Ordering::SeqCst) {
+                let now: Vec<String> = d_state_tasks(std::process::id())
+                    .into_iter()
+                    .chain(d_state_tasks(pid))
+                    .collect();
+                stuck.retain(|t, _| now.contains(t));
+                for t in now {
+                    let n = stuck.entry(t.clone()).or_default();
+                    *n += 1;
+                    if *n == 50 {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("task {t} stuck in state D for 5 s"));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    // The publisher: a new version renamed over the shard, again and again.
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut published = 0usize;
+    while Instant::now() < deadline {
+        let v = (published + 1) % VERSIONS;
+        let tmp_name = model.join(".tmpSTRESS");
+        fs::copy(&staged[v], &tmp_name).unwrap();
+        fs::rename(&tmp_name, &shard).unwrap();
+        published += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        r.join().unwrap();
+    }
+    watchdog.join().unwrap();
+    let reads = counts[0].load(Ordering::SeqCst);
+    let stale_opens = counts[2].load(Ordering::SeqCst);
+    println!(
+        "republish: {published} versions published, {reads} reads checked, {stale_opens} opens \
+         answered ESTALE twice, {} refreshes",
+        generation(&mnt) - generation_before
+    );
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failures, first ones:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+    assert!(reads > 100, "too few reads: {reads}");
+    assert!(daemon.running(), "daemon died: {}", daemon.stderr());
+    // The last version is served, and once the kernel has forgotten the old inodes, their
+    // sources are closed.
+    let last = published % VERSIONS;
+    wait_refreshed(&mnt, "the last version", || {
+        fs::read(mnt.join("model.tensors").join(&names[0])).unwrap() == version_bytes(last, 0)
+    });
+    for (p, _) in files.iter() {
+        fs::read(p).unwrap();
+    }
+    wait_for("descriptors back to where they were", || {
+        fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() <= fds_before
+    });
+    let err = daemon.stop();
+    assert!(!err.contains("panick"), "{err}");
+}
