@@ -429,11 +429,9 @@ impl Filesystem for TensorFs {
         let mut flags = self.open_flags(true);
         if let Some(live) = &self.live {
             let dir = before.real_dir_of(ino.0);
-            let generation = before.generation();
             drop(before);
-            live.refresh.revalidate(dir);
-            if self.ns.current().generation() != generation {
-                // Just refreshed: the kernel's cached listing may predate it.
+            if live.refresh.revalidate(dir) {
+                // Just changed: the kernel's cached listing may predate it.
                 flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
             }
         }

@@ -66,10 +66,11 @@ enum Msg {
     Events(Vec<Event>),
     /// Read every directory again (SIGUSR1).
     RescanAll,
-    /// Read the directory again if it may have changed; answer once published.
-    Revalidate(Ino, Sender<()>),
+    /// Read the directory again if it may have changed; answer once published, with whether
+    /// anything changed.
+    Revalidate(Ino, Sender<bool>),
     /// Read the directory again; answer once published.
-    Rescan(Ino, Sender<()>),
+    Rescan(Ino, Sender<bool>),
 }
 
 const WATCHING_NONE: u8 = 0;
@@ -94,9 +95,9 @@ impl Handle {
     }
 
     /// If the directory `ino` of SOURCE may have changed, reads it again; returns once any change
-    /// is published.
-    pub fn revalidate(&self, ino: Ino) {
-        self.ask(|tx| Msg::Revalidate(ino, tx));
+    /// is published, with whether the tree changed.
+    pub fn revalidate(&self, ino: Ino) -> bool {
+        self.ask(|tx| Msg::Revalidate(ino, tx))
     }
 
     /// Reads the directory `ino` of SOURCE again; returns once any change is published.
@@ -104,12 +105,10 @@ impl Handle {
         self.ask(|tx| Msg::Rescan(ino, tx));
     }
 
-    fn ask(&self, msg: impl FnOnce(Sender<()>) -> Msg) {
+    fn ask(&self, msg: impl FnOnce(Sender<bool>) -> Msg) -> bool {
         let (tx, rx) = mpsc::channel();
-        if self.tx.send(msg(tx)).is_ok() {
-            // An error means the refresh thread is gone: nothing to wait for.
-            let _ = rx.recv();
-        }
+        // An error means the refresh thread is gone: nothing to wait for.
+        self.tx.send(msg(tx)).is_ok() && rx.recv().unwrap_or(false)
     }
 
     /// `inotify`, `poll`, or `inotify+poll` where some directories could not be watched.
@@ -269,14 +268,13 @@ impl Refresher {
                 Ok(Msg::Events(events)) => self.events(&events, &mut everything),
                 Ok(Msg::RescanAll) => everything = true,
                 Ok(Msg::Revalidate(ino, done)) => {
-                    if self.writer.may_have_changed(ino) {
-                        self.refresh(&[ino], "a lookup");
-                    }
-                    let _ = done.send(());
+                    let changed =
+                        self.writer.may_have_changed(ino) && self.refresh(&[ino], "a lookup");
+                    let _ = done.send(changed);
                 }
                 Ok(Msg::Rescan(ino, done)) => {
-                    self.refresh(&[ino], "an open");
-                    let _ = done.send(());
+                    let changed = self.refresh(&[ino], "an open");
+                    let _ = done.send(changed);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -372,8 +370,9 @@ impl Refresher {
         }
     }
 
-    /// Rescans `dirs`, publishes the result, and queues its kernel notifications.
-    fn refresh(&mut self, dirs: &[Ino], why: &str) {
+    /// Rescans `dirs`, publishes the result, and queues its kernel notifications. Returns whether
+    /// the tree changed.
+    fn refresh(&mut self, dirs: &[Ino], why: &str) -> bool {
         let started = Instant::now();
         let old = self.ns.current();
         let (snapshot, diff) = self.writer.rescan(&old, dirs);
@@ -393,7 +392,9 @@ impl Refresher {
         }
         self.show_mode();
         log_diff(&diff, why, started.elapsed());
+        let changed = !diff.is_empty();
         let _ = self.invalidate.send(Notice::Diff(diff));
+        changed
     }
 
     /// Starts following the directory `ino` of SOURCE: a watch, else polling.
