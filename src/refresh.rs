@@ -431,7 +431,7 @@ impl Refresher {
                 if e.raw_os_error() == Some(libc::ENOSPC) && !self.warned_limit {
                     self.warned_limit = true;
                     warn!(
-                        "inotify watch limit reached (fs.inotify.max_user_watches): directories \
+                        "inotify watch limit reached (fs.inotify.max_user_watches, or user.max_inotify_watches in a user namespace): directories \
                          not watched are polled every {:?}",
                         self.settings.interval
                     );

@@ -921,3 +921,66 @@ fn refresh_off_is_the_tree_built_at_mount() {
     assert_eq!(generation(&l.mnt), 0);
     assert!(l.daemon.running());
 }
+
+// ----------------------------------------------------------------------------- watch limits
+
+/// With inotify watches running out, the directories left unwatched are polled: logged once,
+/// and a change in one of them is still found (here in a user namespace whose watch limit is 3,
+/// so that the host's limit is left alone).
+#[test]
+fn directories_beyond_the_watch_limit_are_polled() {
+    let Some(l) = Live::start("watchlimit", "refresh=off", |s| {
+        for d in ["a", "b", "c", "d"] {
+            fs::create_dir(s.src.join(d)).unwrap();
+        }
+        s.save("a/m.safetensors", 1, &["w"]);
+        s.src.clone()
+    }) else {
+        return;
+    };
+    let mnt = l.tmp.join("mnt2");
+    fs::create_dir(&mnt).unwrap();
+    let log = l.tmp.join("limited.log");
+    let staged = l.tmp.join("n.safetensors");
+    save(&l.py, &staged, 2, &["x"]);
+    let script = format!(
+        r#"set -e
+echo 3 > /proc/sys/user/max_inotify_watches
+{bin} {src} {mnt} --log-file {log} -o refresh_interval=0.2
+trap 'umount {mnt}' EXIT
+echo "mode $(getfattr --only-values -n user.tensormount.refresh_mode {mnt})"
+before=$(stat -c %h {mnt}/d)
+cp {staged} {src}/d/n.safetensors
+# d is polled: its link count grows with n.tensors; only attributes are looked at.
+for i in $(seq 1 200); do
+    g=$(getfattr --only-values -n user.tensormount.refresh_generation {mnt})
+    [ "$(stat -c %h {mnt}/d)" -gt "$before" ] && break
+    n=0
+    while [ "$(getfattr --only-values -n user.tensormount.refresh_generation {mnt})" = "$g" ] \
+        && [ $n -lt 2000 ]; do n=$((n + 1)); done
+done
+echo "nlink $before $(stat -c %h {mnt}/d)"
+ls {mnt}/d
+"#,
+        bin = bin(),
+        src = l.src.display(),
+        mnt = mnt.display(),
+        log = log.display(),
+        staged = staged.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-Urm", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("mode inotify+poll"), "{text}");
+    assert!(text.contains("nlink 2 3"), "{text}");
+    assert!(text.contains("n.tensors"), "{text}");
+    let logged = fs::read_to_string(&log).unwrap();
+    assert_eq!(logged.matches("watch limit reached").count(), 1, "{logged}");
+}
