@@ -80,6 +80,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         };
         (Some(follow), TensorFs::new(ns, Some(live), tuning))
     } else {
+        // Frozen: what the scans found is never needed again.
+        drop(writer);
         (None, TensorFs::new(ns, None, tuning))
     };
     if args.foreground && !helper {
