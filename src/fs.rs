@@ -256,6 +256,16 @@ impl TensorFs {
         }
     }
 
+    /// A listing of `ino` where the snapshot has none: a directory that left the tree lists
+    /// nothing; anything else is not a directory.
+    fn no_listing(&self, ino: Ino, reply: impl EmptyListing) {
+        if self.ns.get(ino).is_some_and(|n| n.attr.kind == Kind::Dir) {
+            reply.empty();
+        } else {
+            reply.not_dir();
+        }
+    }
+
     /// The root's own extended attributes: the refresh generation and mode.
     fn root_xattr(&self, name: &[u8]) -> Option<Vec<u8>> {
         let value = match name {
@@ -470,7 +480,7 @@ impl Filesystem for TensorFs {
     ) {
         let snapshot = self.listing(fh);
         let Some(entries) = dir_entries(&snapshot, ino.0) else {
-            return reply.error(Errno::ENOTDIR);
+            return self.no_listing(ino.0, reply);
         };
         for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
             let kind = file_type(snapshot.node(child).map_or(Kind::File, |n| n.attr.kind));
@@ -491,7 +501,7 @@ impl Filesystem for TensorFs {
     ) {
         let snapshot = self.listing(fh);
         let Some(entries) = dir_entries(&snapshot, ino.0) else {
-            return reply.error(Errno::ENOTDIR);
+            return self.no_listing(ino.0, reply);
         };
         for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
             let Some(node) = snapshot.node(child) else {
@@ -755,6 +765,30 @@ impl Filesystem for TensorFs {
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::EROFS);
+    }
+}
+
+/// The two listing replies, answered alike where there is nothing to list.
+trait EmptyListing {
+    fn empty(self);
+    fn not_dir(self);
+}
+
+impl EmptyListing for ReplyDirectory {
+    fn empty(self) {
+        self.ok()
+    }
+    fn not_dir(self) {
+        self.error(Errno::ENOTDIR)
+    }
+}
+
+impl EmptyListing for ReplyDirectoryPlus {
+    fn empty(self) {
+        self.ok()
+    }
+    fn not_dir(self) {
+        self.error(Errno::ENOTDIR)
     }
 }
 

@@ -261,8 +261,10 @@ struct Refresher {
 
 impl Refresher {
     fn run(mut self, rx: Receiver<Msg>) {
-        let mut everything = false;
+        // What changed between the build and the watches: looked at once, now.
+        let mut everything = true;
         loop {
+            self.due_work(std::mem::take(&mut everything));
             let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
             match rx.recv_timeout(timeout) {
                 Ok(Msg::Events(events)) => self.events(&events, &mut everything),
@@ -279,7 +281,6 @@ impl Refresher {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
-            self.due_work(std::mem::take(&mut everything));
         }
     }
 
@@ -287,7 +288,6 @@ impl Refresher {
     /// tick, directories whose events have settled, directories whose files have settled.
     fn due_work(&mut self, everything: bool) {
         let now = Instant::now();
-        let snapshot = self.ns.current();
         let mut due: HashSet<Ino> = HashSet::new();
         let poll = !self.polled.is_empty() && now >= self.next_poll;
         if poll {
@@ -305,6 +305,10 @@ impl Refresher {
         {
             due.insert(ino);
         }
+        if !everything && !poll && due.is_empty() {
+            return;
+        }
+        let snapshot = self.ns.current();
         let dirs: Vec<Ino> = if everything {
             self.writer.dirs(&snapshot)
         } else {

@@ -272,6 +272,10 @@ const TREE: &[(&str, &str)] = &[
     ("n", "n/__tensor__"),
     ("n.__tensor__", "n/%5F_tensor__"),
     ("n.m", "n/m"),
+    // A first part `__metadata__` is written `%5F_metadata__`, beside the metadata file; deeper
+    // down it is a part like any other.
+    ("__metadata__.x", "%5F_metadata__/x"),
+    ("n.__metadata__", "n/__metadata__"),
     // Empty parts and `%` are escaped as in the flat layout.
     ("x..y", "x/%/y"),
     ("100%.v", "100%25/v"),

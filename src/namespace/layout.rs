@@ -109,6 +109,9 @@ fn add_branch<'a>(
     for (part, child) in branch.children {
         let leaf_name = if part == TENSOR_FILE {
             LeafName::Exact(ESCAPED_TENSOR_FILE)
+        } else if top && part == METADATA_FILE {
+            // The first part of a name like `__metadata__.x` would take the metadata file's name.
+            LeafName::Exact(ESCAPED_METADATA_FILE)
         } else {
             LeafName::Escaped(part)
         };
@@ -215,6 +218,10 @@ impl<'a> LeafName<'a> {
 /// With `layout=tree`: how a part that is itself `__tensor__` is written, so that it never clashes
 /// with the tensor of a directory (escaping never writes `%5F`, so this is unambiguous).
 const ESCAPED_TENSOR_FILE: &str = "%5F_tensor__";
+
+/// With `layout=tree`: how a first part that is `__metadata__` is written, beside the metadata
+/// file of that name (a tensor cannot be named `__metadata__` itself, but `__metadata__.x` can).
+const ESCAPED_METADATA_FILE: &str = "%5F_metadata__";
 
 /// With `layout=tree`: names with more parts than this are shown under their full name at the top.
 const MAX_TREE_DEPTH: usize = 64;
