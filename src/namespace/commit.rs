@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::draft::{Body, Draft};
+use super::draft::{Body, DirDraft, Draft};
 use super::table::Table;
 use super::writer::{Diff, Record, Removed};
 use super::{Attr, Content, Dir, Ino, Kind, Node, Origin, Snapshot, Xattrs};
@@ -137,13 +137,14 @@ impl<'a> Commit<'a> {
                 self.table.insert(ino, node);
                 ino
             }
-            Body::Dir {
-                attr,
-                xattrs,
-                origin,
-                children,
-                record,
-            } => {
+            Body::Dir(d) => {
+                let DirDraft {
+                    attr,
+                    xattrs,
+                    origin,
+                    children,
+                    record,
+                } = *d;
                 let dir = DirNode {
                     name: draft.name,
                     parent,

@@ -23,14 +23,18 @@ pub(super) enum Body {
     Keep(Ino),
     /// A file (any content but a directory).
     File { attr: Attr, content: Content },
-    Dir {
-        attr: Attr,
-        xattrs: Arc<Xattrs>,
-        origin: Origin,
-        children: Vec<Draft>,
-        /// For a directory of SOURCE not in the tree before: what its scan found.
-        record: Option<Box<Record>>,
-    },
+    /// Boxed, so that the file drafts (most) stay small.
+    Dir(Box<DirDraft>),
+}
+
+#[derive(Debug)]
+pub(super) struct DirDraft {
+    pub attr: Attr,
+    pub xattrs: Arc<Xattrs>,
+    pub origin: Origin,
+    pub children: Vec<Draft>,
+    /// For a directory of SOURCE not in the tree before: what its scan found.
+    pub record: Option<Box<Record>>,
 }
 
 impl Draft {
@@ -49,13 +53,13 @@ impl Draft {
     ) -> Draft {
         Draft {
             name,
-            body: Body::Dir {
+            body: Body::Dir(Box::new(DirDraft {
                 attr,
                 xattrs,
                 origin: Origin::Generated,
                 children,
                 record: None,
-            },
+            })),
         }
     }
 
@@ -64,7 +68,7 @@ impl Draft {
         match &self.body {
             Body::Keep(_) => 0,
             Body::File { .. } => 1,
-            Body::Dir { children, .. } => 1 + children.iter().map(Draft::count).sum::<usize>(),
+            Body::Dir(d) => 1 + d.children.iter().map(Draft::count).sum::<usize>(),
         }
     }
 }

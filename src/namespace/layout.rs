@@ -123,7 +123,7 @@ fn add_branch<'a>(
                 children.push(Draft::generated_dir(
                     name.as_bytes().into(),
                     draft::tensor_dir_attr(owner),
-                    Arc::default(),
+                    super::no_xattrs(),
                     grandchildren,
                 ));
             }

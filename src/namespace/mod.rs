@@ -173,6 +173,12 @@ pub struct Node {
 /// Extended attributes of a directory, by full name.
 pub type Xattrs = BTreeMap<String, String>;
 
+/// No extended attributes: one allocation shared by every directory that has none (most).
+fn no_xattrs() -> Arc<Xattrs> {
+    static NONE: std::sync::OnceLock<Arc<Xattrs>> = std::sync::OnceLock::new();
+    NONE.get_or_init(Arc::default).clone()
+}
+
 #[derive(Debug, Clone)]
 pub enum Content {
     /// Behind an `Arc`, so that the file variants (most nodes) stay small.

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::claims::{self, Claim, Verdict};
 use super::commit::{Commit, DirNode};
-use super::draft::{self, Body, Draft};
+use super::draft::{self, Body, DirDraft, Draft};
 use super::layout;
 use super::scan::{self, Flux, Scan, What};
 use super::sets::{self, Refused, Shard};
@@ -157,7 +157,7 @@ impl Writer {
             record.generated = generated;
             let root = root_node(
                 draft::dir_attr(&record.scan.meta),
-                Arc::default(),
+                super::no_xattrs(),
                 Origin::Real(id),
             );
             c.dir(ROOT, root, children);
@@ -390,7 +390,7 @@ impl Writer {
             name: node.name.clone(),
             parent: node.parent,
             attr: draft::dir_attr(&rec.scan.meta),
-            xattrs: Arc::default(),
+            xattrs: super::no_xattrs(),
             origin: Origin::Real(id),
         };
         c.dir(d, dir, children);
@@ -459,7 +459,7 @@ impl Writer {
                     .get(ROOT)
                     .map_or_else(|| draft::tensor_dir_attr(&rec.scan.meta), |n| n.attr);
                 (
-                    root_node(attr, Arc::default(), Origin::Generated),
+                    root_node(attr, super::no_xattrs(), Origin::Generated),
                     Vec::new(),
                 )
             }
@@ -602,13 +602,13 @@ impl Writer {
         record.generated = generated;
         Ok(Some(Draft {
             name: e.name.clone(),
-            body: Body::Dir {
+            body: Body::Dir(Box::new(DirDraft {
                 attr: draft::dir_attr(&record.scan.meta),
-                xattrs: Arc::default(),
+                xattrs: super::no_xattrs(),
                 origin: Origin::Real(id),
                 children,
                 record: Some(Box::new(record)),
-            },
+            })),
         }))
     }
 
