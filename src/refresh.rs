@@ -25,6 +25,9 @@ const QUIET: Duration = Duration::from_millis(100);
 /// ... or this long after its first event, whichever comes first.
 const MAX_DELAY: Duration = Duration::from_secs(1);
 
+/// How long a request waits for the refresh thread to read a directory again.
+const ASK_LIMIT: Duration = Duration::from_secs(10);
+
 /// How changes are found (`-o refresh=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -105,10 +108,12 @@ impl Handle {
         self.ask(|tx| Msg::Rescan(ino, tx));
     }
 
+    /// Asks the refresh thread and waits for its answer, at most [`ASK_LIMIT`]: a request must not
+    /// hang for good on a source that stopped answering (the request then goes on with the tree
+    /// as it is). No answer, or no refresh thread, reads as "nothing changed".
     fn ask(&self, msg: impl FnOnce(Sender<bool>) -> Msg) -> bool {
         let (tx, rx) = mpsc::channel();
-        // An error means the refresh thread is gone: nothing to wait for.
-        self.tx.send(msg(tx)).is_ok() && rx.recv().unwrap_or(false)
+        self.tx.send(msg(tx)).is_ok() && rx.recv_timeout(ASK_LIMIT).unwrap_or(false)
     }
 
     /// `inotify`, `poll`, or `inotify+poll` where some directories could not be watched.
