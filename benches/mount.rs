@@ -9,7 +9,7 @@
 //!          --runs N (measured runs per row; default 5, quick 1)
 //! ```
 //!
-//! Method (see /work/shared/reference/fuse-performance.md): the sources' page cache is hot (each
+//! Method: the sources' page cache is hot (each
 //! source is read once first); each row is the median of N runs after one discarded warm-up run
 //! (quick: one run, no warm-up); "cold" means a fresh mount for every run, and right before each
 //! fresh mount about 1.5x the bytes the run will cache are touched as anonymous memory and freed,
@@ -1862,6 +1862,7 @@ impl Bench {
 
         // A shard replaced by rename, until the merged directory shows it.
         let m = Mount::new(&models, &self.mnt_large, self.tuning, "")?;
+        let one_model = m.status_bytes("RssAnon");
         let source = PathBuf::from(getxattr(
             &merged(&self.mnt_large),
             "user.safetensors.source",
@@ -1971,18 +1972,20 @@ impl Bench {
                 base_what,
             });
         }
+        let models_now = 1 + 2 * self.runs_total();
         rows.push(Row {
             id: "8",
             case: format!(
-                "daemon RssAnon after {} models were added",
-                2 * self.runs_total()
+                "daemon RssAnon with {models_now} copies of the model, added while mounted"
             ),
             unit: Unit::MiB,
             tm: anon.map_or(Cell::Failed("no /proc/PID/status".into()), |b| {
                 Cell::Vals(vec![b as f64])
             }),
-            base: Cell::None,
-            base_what: "",
+            base: one_model.map_or(Cell::None, |b| {
+                Cell::Vals(vec![(b * models_now as u64) as f64])
+            }),
+            base_what: "that many times one copy's",
         });
 
         // An open right after a rename, with polling off: the open finds the source replaced.
