@@ -103,18 +103,23 @@ fn sample(pid: u32, peaks: &Peaks) {
     peaks.samples.fetch_add(1, Ordering::SeqCst);
 }
 
-#[test]
-fn random_reads_from_16_readers_are_all_correct() {
-    if !require_fuse() {
-        return;
-    }
-    let secs: f64 = std::env::var("TENSORMOUNT_STRESS_SECS")
+/// The duration of a stress test: `TENSORMOUNT_STRESS_SECS`, 3 s by default.
+fn stress_secs() -> f64 {
+    std::env::var("TENSORMOUNT_STRESS_SECS")
         .ok()
         .map(|s| {
             s.parse()
                 .expect("TENSORMOUNT_STRESS_SECS: a number of seconds")
         })
-        .unwrap_or(3.0);
+        .unwrap_or(3.0)
+}
+
+#[test]
+fn random_reads_from_16_readers_are_all_correct() {
+    if !require_fuse() {
+        return;
+    }
+    let secs = stress_secs();
 
     let tmp = TempDir::new("stress");
     let model = tmp.join("model");
@@ -363,13 +368,7 @@ fn republishing_under_readers_never_mixes_versions() {
     if !require_fuse() {
         return;
     }
-    let secs: f64 = std::env::var("TENSORMOUNT_STRESS_SECS")
-        .ok()
-        .map(|s| {
-            s.parse()
-                .expect("TENSORMOUNT_STRESS_SECS: a number of seconds")
-        })
-        .unwrap_or(3.0);
+    let secs = stress_secs();
     let tmp = TempDir::new("republish");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::layout::Entry;
-use super::source::Source;
+use super::source::{Parsed, Source};
 use crate::index::Index;
 
 /// What an index says, in brief.
@@ -94,22 +94,8 @@ pub(super) fn check<'a>(
     let mut entries = Vec::new();
     let mut shards = Vec::with_capacity(plan.shards.len());
     for (shard, &wanted) in &plan.shards {
-        let Some(f) = file(shard) else {
-            return Err(format!("shard `{shard}` named in weight_map is missing").into());
-        };
-        if !shard.ends_with(".safetensors") {
-            return Err(format!("shard `{shard}` is not a .safetensors file").into());
-        }
-        if !f.settled {
-            return Err(Refused {
-                reason: format!("shard `{shard}` is being written"),
-                settling: true,
-            });
-        }
-        let Ok(parsed) = f.source.header() else {
-            return Err(format!("shard `{shard}` is not a valid safetensors file").into());
-        };
-        if f.source.digest() != wanted {
+        let (source, parsed) = usable(shard, file(shard))?;
+        if source.digest() != wanted {
             // Some tensor is where the index does not say: find it.
             return Err(match full().map(|idx| check_full(&idx, file)) {
                 Ok(Err(refused)) => refused,
@@ -117,10 +103,34 @@ pub(super) fn check<'a>(
                 Err(e) => e.into(),
             });
         }
-        entries.extend(parsed.tensors.iter().map(|t| (t.clone(), f.source.clone())));
-        shards.push(f.source.clone());
+        entries.extend(parsed.tensors.iter().map(|t| (t.clone(), source.clone())));
+        shards.push(source.clone());
     }
     Ok(Merged { entries, shards })
+}
+
+/// The shard named `shard` (`f` as the directory has it) if it is a settled, valid
+/// `.safetensors` file, with its header.
+fn usable<'a>(
+    shard: &str,
+    f: Option<Shard<'a>>,
+) -> Result<(&'a Arc<Source>, &'a Arc<Parsed>), Refused> {
+    let Some(f) = f else {
+        return Err(format!("shard `{shard}` named in weight_map is missing").into());
+    };
+    if !shard.ends_with(".safetensors") {
+        return Err(format!("shard `{shard}` is not a .safetensors file").into());
+    }
+    if !f.settled {
+        return Err(Refused {
+            reason: format!("shard `{shard}` is being written"),
+            settling: true,
+        });
+    }
+    match f.source.header() {
+        Ok(parsed) => Ok((f.source, parsed)),
+        Err(_) => Err(format!("shard `{shard}` is not a valid safetensors file").into()),
+    }
 }
 
 /// The check on the whole index, naming the first disagreement it finds.
@@ -133,22 +143,8 @@ fn check_full<'a>(
         if shards.contains_key(shard.as_str()) {
             continue;
         }
-        let Some(f) = file(shard) else {
-            return Err(format!("shard `{shard}` named in weight_map is missing").into());
-        };
-        if !shard.ends_with(".safetensors") {
-            return Err(format!("shard `{shard}` is not a .safetensors file").into());
-        }
-        if !f.settled {
-            return Err(Refused {
-                reason: format!("shard `{shard}` is being written"),
-                settling: true,
-            });
-        }
-        if f.source.header().is_err() {
-            return Err(format!("shard `{shard}` is not a valid safetensors file").into());
-        }
-        shards.insert(shard.as_str(), f.source);
+        let (source, _) = usable(shard, file(shard))?;
+        shards.insert(shard.as_str(), source);
     }
     // Every tensor of a shard is listed for that shard...
     let mut entries = Vec::with_capacity(idx.weight_map.len());

@@ -142,26 +142,14 @@ impl Writer {
         let record = if meta.is_dir() {
             let scan = Scan::read(&canonical, None)
                 .map_err(|e| path_error(source, format!("cannot read directory: {e}")))?;
-            let mut record = Record::new(canonical, None, scan);
-            let id = FileId::of(&record.scan.meta);
-            let input = DirInput {
-                path: &record.path,
-                scan: &record.scan,
-                previous: None,
-                flux: &record.flux,
-                generated: &[],
-                old: None,
-                ancestors: &[id],
-            };
-            let (children, generated) = w.entries(&input, &mut budget)?;
-            record.generated = generated;
+            let (record, children) = w.fresh_dir(canonical, scan, &[], &mut budget)?;
             let root = root_node(
                 draft::dir_attr(&record.scan.meta),
                 super::no_xattrs(),
-                Origin::Real(id),
+                Origin::Real(FileId::of(&record.scan.meta)),
             );
             c.dir(ROOT, root, children);
-            record
+            *record
         } else if meta.is_file() {
             let source = w
                 .registry
@@ -585,10 +573,31 @@ impl Writer {
                 return Ok(None);
             }
         };
-        let mut record = Record::new(e.path.clone(), None, scan);
-        let id = FileId::of(&record.scan.meta);
+        let (record, children) = self.fresh_dir(e.path.clone(), scan, ancestors, budget)?;
+        Ok(Some(Draft {
+            name: e.name.clone(),
+            body: Body::Dir(Box::new(DirDraft {
+                attr: draft::dir_attr(&record.scan.meta),
+                xattrs: super::no_xattrs(),
+                origin: Origin::Real(FileId::of(&record.scan.meta)),
+                children,
+                record: Some(record),
+            })),
+        }))
+    }
+
+    /// The record and entries of a directory of SOURCE seen for the first time (read as `scan`),
+    /// below the directories `ancestors`.
+    fn fresh_dir(
+        &mut self,
+        path: PathBuf,
+        scan: Scan,
+        ancestors: &[FileId],
+        budget: &mut usize,
+    ) -> Result<(Box<Record>, Vec<Draft>), BuildError> {
+        let mut record = Box::new(Record::new(path, None, scan));
         let mut chain = ancestors.to_vec();
-        chain.push(id);
+        chain.push(FileId::of(&record.scan.meta));
         let input = DirInput {
             path: &record.path,
             scan: &record.scan,
@@ -600,16 +609,7 @@ impl Writer {
         };
         let (children, generated) = self.entries(&input, budget)?;
         record.generated = generated;
-        Ok(Some(Draft {
-            name: e.name.clone(),
-            body: Body::Dir(Box::new(DirDraft {
-                attr: draft::dir_attr(&record.scan.meta),
-                xattrs: super::no_xattrs(),
-                origin: Origin::Real(id),
-                children,
-                record: Some(Box::new(record)),
-            })),
-        }))
+        Ok((record, children))
     }
 
     /// The generated directories of a directory (drafts with the sources they are built from),
