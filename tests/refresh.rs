@@ -79,13 +79,6 @@ impl Live {
         wait_generation_after(&self.mnt, seen);
     }
 
-    /// The daemon's open descriptors.
-    fn fds(&self) -> usize {
-        fs::read_dir(format!("/proc/{}/fd", self.daemon.pid()))
-            .unwrap()
-            .count()
-    }
-
     fn compare(&self, src: &str, tensor_dir: &str) {
         oracle(
             &self.py,
@@ -361,7 +354,6 @@ fn removed(opts: &str) {
     let w_path = l.path("a.tensors/w");
     let w_bytes = tensor_bytes(&l.src("a.safetensors"), "w");
     let mirror_bytes = fs::read(l.src("a.safetensors")).unwrap();
-    let baseline = l.fds();
     {
         let w = File::open(&w_path).unwrap();
         let map = Map::new(&w);
@@ -386,8 +378,11 @@ fn removed(opts: &str) {
         assert_eq!(w.metadata().unwrap().nlink(), 0);
         assert!(watch.deleted(), "no IN_DELETE_SELF");
     }
-    // Once closed and forgotten, the source's descriptor is released.
-    wait_for("descriptors back to their baseline", || l.fds() <= baseline);
+    // Once closed and forgotten, the source's descriptor and mapping are released.
+    let pid = l.daemon.pid();
+    wait_for("the removed file let go", || {
+        deleted_files_held(pid).is_empty()
+    });
     assert!(l.daemon.running());
     let err = l.daemon.stop();
     assert!(!err.contains("panic"), "{err}");
@@ -857,7 +852,7 @@ fn a_listing_in_progress_sees_one_state() {
 // ------------------------------------------------------------------------------- lifetime
 
 /// 300 republishes of a file whose tensors the kernel looks up each time: old inodes are
-/// forgotten, and their sources' descriptors released.
+/// forgotten, and their sources' descriptors and mappings released.
 #[test]
 fn republishing_again_and_again_leaves_descriptors_where_they_were() {
     let Some(mut l) = Live::start("lifetime", "refresh=poll,refresh_interval=3600", |s| {
@@ -880,7 +875,6 @@ fn republishing_again_and_again_leaves_descriptors_where_they_were() {
         fs::rename(&tmp, l.src("a.safetensors")).unwrap();
     };
     assert_eq!(fs::read(l.path("a.tensors/w")).unwrap().len(), 4096);
-    let baseline = l.fds();
     for round in 0..300 {
         publish(&staged[round % 2]);
         l.rescan();
@@ -892,7 +886,11 @@ fn republishing_again_and_again_leaves_descriptors_where_they_were() {
         );
         fs::metadata(l.path("a.safetensors")).unwrap();
     }
-    wait_for("descriptors back to their baseline", || l.fds() <= baseline);
+    // Every replaced version is let go (the kernel forgot its inodes once they were replaced).
+    let pid = l.daemon.pid();
+    wait_for("the replaced versions let go", || {
+        deleted_files_held(pid).is_empty()
+    });
     assert!(l.daemon.running());
 }
 

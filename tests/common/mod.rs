@@ -457,3 +457,26 @@ pub fn wait_generation_after(mnt: &Path, seen: u64) {
         generation(mnt) > seen
     });
 }
+
+/// The files `pid` holds (open descriptors and mappings) that have been deleted or replaced
+/// since: what a daemon must let go of once nothing uses them.
+pub fn deleted_files_held(pid: i32) -> Vec<String> {
+    let mut held: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| fs::read_link(e.path()).ok())
+                .map(|t| t.to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    held.extend(
+        fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('/').map(|(_, p)| format!("/{p}"))),
+    );
+    held.retain(|t| t.ends_with(" (deleted)"));
+    held.sort();
+    held.dedup();
+    held
+}
