@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tensormount::cli::{self, Args, MountOptions};
 use tensormount::fs::{Live, TensorFs, Tuning};
 use tensormount::namespace::{Namespace, Options, Writer};
-use tensormount::refresh::{Follow, Mode};
+use tensormount::refresh::{self, Follow, Mode};
 use tensormount::{daemon, listing, logging};
 
 fn main() -> ExitCode {
@@ -63,6 +63,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     let source = std::fs::canonicalize(&args.source)
         .map_err(|e| format!("{}: {e}", args.source.display()))?;
     let mnt = daemon::check_mountpoint(&mountpoint)?;
+    let live = opts.refresh.mode != Mode::Off;
+    let inotify = refresh::inotify_for(&opts.refresh);
     let (writer, tree) = Writer::build(&source, &build).map_err(|e| e.to_string())?;
     let fsname = opts
         .fsname
@@ -70,10 +72,10 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         .unwrap_or_else(|| source.to_string_lossy().into_owned());
     let tuning = Tuning::from_env();
     let config = daemon::fuse_config(&opts, fsname, tuning.threads);
-    let live = opts.refresh.mode != Mode::Off;
     let ns = Arc::new(Namespace::new(tree, live));
     let (follow, fs) = if live {
-        let (follow, refresh, invalidate) = Follow::new(writer, ns.clone(), opts.refresh);
+        let (follow, refresh, invalidate) =
+            Follow::new(writer, ns.clone(), (opts.refresh, inotify));
         let live = Live {
             refresh,
             invalidate,

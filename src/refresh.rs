@@ -127,12 +127,23 @@ impl Handle {
     }
 }
 
+/// The inotify instance for `settings`, if they use one. Make it before mounting: a process that
+/// dies releases its descriptors highest-numbered first, and an inotify instance is slow to
+/// release (the kernel retires its watches). Numbered below the mount's descriptors, it goes after
+/// them; numbered between `/dev/fuse` and fusermount3's socket (as it would be if made once
+/// mounted), it delays the end of the connection past the socket's, and with `auto_unmount`
+/// fusermount3 then finds the connection still up and leaves the dead mount in place.
+pub fn inotify_for(settings: &Settings) -> Option<io::Result<Inotify>> {
+    matches!(settings.mode, Mode::Auto | Mode::Inotify).then(Inotify::new)
+}
+
 /// What following SOURCE needs once mounted: made before the daemon forks (no thread exists
 /// then), started after the mount.
 pub struct Follow {
     writer: Writer,
     ns: Arc<Namespace>,
     settings: Settings,
+    inotify: Option<io::Result<Inotify>>,
     handle: Handle,
     rx: Receiver<Msg>,
     invalidate: (Sender<Notice>, Receiver<Notice>),
@@ -144,7 +155,7 @@ impl Follow {
     pub fn new(
         writer: Writer,
         ns: Arc<Namespace>,
-        settings: Settings,
+        (settings, inotify): (Settings, Option<io::Result<Inotify>>),
     ) -> (Follow, Handle, Sender<Notice>) {
         let (handle, rx) = channel();
         let invalidate = crate::invalidate::channel();
@@ -153,6 +164,7 @@ impl Follow {
             writer,
             ns,
             settings,
+            inotify,
             handle,
             rx,
             invalidate,
@@ -170,7 +182,7 @@ impl Follow {
             self.writer,
             self.ns,
             (self.handle, self.rx),
-            self.settings,
+            (self.settings, self.inotify),
             tx,
             own_dev,
         )?;
@@ -183,26 +195,24 @@ fn start(
     mut writer: Writer,
     ns: Arc<Namespace>,
     (handle, rx): (Handle, Receiver<Msg>),
-    settings: Settings,
+    (settings, inotify): (Settings, Option<io::Result<Inotify>>),
     invalidate: Sender<Notice>,
     own_dev: Option<u64>,
 ) -> io::Result<()> {
     if let Some(dev) = own_dev {
         writer.skip_device(dev);
     }
-    let inotify = match settings.mode {
-        Mode::Poll | Mode::Off => None,
-        Mode::Auto | Mode::Inotify => match Inotify::new() {
-            Ok(i) => Some(Arc::new(i)),
-            Err(e) => {
-                warn!(
-                    "inotify unavailable ({e}; see fs.inotify.max_user_instances): SOURCE is \
-                     polled every {:?}",
-                    settings.interval
-                );
-                None
-            }
-        },
+    let inotify = match inotify {
+        Some(Ok(i)) => Some(Arc::new(i)),
+        Some(Err(e)) => {
+            warn!(
+                "inotify unavailable ({e}; see fs.inotify.max_user_instances): SOURCE is polled \
+                 every {:?}",
+                settings.interval
+            );
+            None
+        }
+        None => None,
     };
     if let Some(inotify) = &inotify {
         let (inotify, tx) = (inotify.clone(), handle.tx.clone());
