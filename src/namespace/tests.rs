@@ -587,3 +587,19 @@ fn only_directories_whose_entries_changed_are_reported_changed() {
     want.sort();
     assert_eq!(changed, want);
 }
+
+#[test]
+fn a_single_file_source_rewritten_in_place_shows_no_tensors_until_it_settles() {
+    let d = Dir::new();
+    let a = d.join("a.safetensors");
+    publish(&a, &st(&[("w", 4, 1)]));
+    let mut m = Mount::new(&a, Duration::from_millis(200));
+    rewrite(&a, &st(&[("w", 4, 2)]));
+    m.rescan();
+    assert!(names(&m.snap, "").is_empty(), "in flux");
+    let (deadline, dir) = m.writer.deadline().expect("a settle deadline");
+    assert_eq!(dir, ROOT);
+    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.rescan();
+    assert_eq!(bytes(&m.snap, "w"), [2; 4]);
+}
