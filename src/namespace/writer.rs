@@ -424,7 +424,11 @@ impl Writer {
                 Ok(_) => Some(s.clone()),
                 Err(e) => {
                     if s.first_warning(Warning::Invalid) {
-                        warn!("{e}; the mount shows no tensors until it is valid");
+                        if cut_short(e) {
+                            log::info!("{e}; incomplete so far, no tensors shown");
+                        } else {
+                            warn!("{e}; the mount shows no tensors until it is valid");
+                        }
                     }
                     None
                 }
@@ -651,7 +655,12 @@ impl Writer {
                     Ok(_) => wanted.push((i, [stem, b".tensors"].concat(), false)),
                     Err(e) => {
                         if source.first_warning(Warning::Invalid) {
-                            self.reject(&format!("{e} (no .tensors directory)"))?;
+                            if !self.mounting && cut_short(e) {
+                                // Most likely still being written, by a writer that paused.
+                                log::info!("{e} (no .tensors directory; incomplete so far)");
+                            } else {
+                                self.reject(&format!("{e} (no .tensors directory)"))?;
+                            }
                         }
                         errors.insert(name.clone(), strip_path(e, &source.path));
                     }
@@ -906,6 +915,18 @@ fn root_node(attr: super::Attr, xattrs: Arc<Xattrs>, origin: Origin) -> DirNode 
         xattrs,
         origin,
     }
+}
+
+/// Whether a header error says the file is shorter than it should be (what a file still being
+/// written looks like): too short for the length prefix, the header, or the data.
+fn cut_short(error: &str) -> bool {
+    [
+        "[HeaderTooSmall]",
+        "[InvalidHeaderLength]",
+        "[MetadataIncompleteBuffer]",
+    ]
+    .iter()
+    .any(|rule| error.ends_with(rule))
 }
 
 /// The reason part of a `path: reason` message.
