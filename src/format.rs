@@ -68,6 +68,9 @@ pub enum FormatError {
     Io(PathBuf, io::Error),
     /// The file breaks a rule of the format, as the official crate names it.
     Invalid(PathBuf, SafeTensorError),
+    /// The file ends before the data its header describes (the crate's `MetadataIncompleteBuffer`,
+    /// which it also reports for a file that goes on past its data).
+    Short(PathBuf),
 }
 
 impl FormatError {
@@ -76,13 +79,39 @@ impl FormatError {
         match self {
             FormatError::Io(_, e) => format!("cannot read: {e}"),
             FormatError::Invalid(_, e) => format!("{e} [{}]", rule_name(e)),
+            FormatError::Short(_) => format!(
+                "{} (it ends before its data) [MetadataIncompleteBuffer]",
+                SafeTensorError::MetadataIncompleteBuffer
+            ),
+        }
+    }
+
+    /// The crate's name for the rule the file breaks (none for an I/O error).
+    pub fn rule(&self) -> Option<String> {
+        match self {
+            FormatError::Io(..) => None,
+            FormatError::Invalid(_, e) => Some(rule_name(e)),
+            FormatError::Short(_) => Some("MetadataIncompleteBuffer".into()),
         }
     }
 
     pub fn path(&self) -> &Path {
         match self {
-            FormatError::Io(p, _) | FormatError::Invalid(p, _) => p,
+            FormatError::Io(p, _) | FormatError::Invalid(p, _) | FormatError::Short(p) => p,
         }
+    }
+
+    /// Whether the file ends too soon for the length prefix, the header, or the data: what a file
+    /// still being written looks like.
+    pub fn cut_short(&self) -> bool {
+        matches!(
+            self,
+            FormatError::Short(_)
+                | FormatError::Invalid(
+                    _,
+                    SafeTensorError::HeaderTooSmall | SafeTensorError::InvalidHeaderLength
+                )
+        )
     }
 }
 
@@ -145,8 +174,10 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
 
     let data_start = PREFIX_LEN + declared;
     // Offsets near 2^64 must not wrap around into a match.
-    if data_start.checked_add(metadata.data_len() as u64) != Some(file_len) {
-        return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
+    match data_start.checked_add(metadata.data_len() as u64) {
+        Some(end) if end == file_len => {}
+        Some(end) if end > file_len => return Err(FormatError::Short(path.to_path_buf())),
+        _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
     }
     Ok(Header {
         data_start,
@@ -210,8 +241,7 @@ mod tests {
         let (_d, f, p) = file_with(bytes);
         match read_header(&f, &p) {
             Ok(_) => "ok".into(),
-            Err(FormatError::Invalid(_, e)) => rule_name(&e),
-            Err(e) => panic!("unexpected {e}"),
+            Err(e) => e.rule().unwrap_or_else(|| panic!("unexpected {e}")),
         }
     }
 
@@ -323,6 +353,24 @@ mod tests {
             rule(&with_header(&t("[0,2]", "[2]", "bf16"), &[0; 2])),
             "InvalidHeaderDeserialization"
         );
+    }
+
+    #[test]
+    fn cut_short_is_a_file_that_ends_too_soon() {
+        let cut = |bytes: &[u8]| {
+            let (_d, f, p) = file_with(bytes);
+            read_header(&f, &p).unwrap_err().cut_short()
+        };
+        let json = r#"{"t":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}}"#;
+        let whole = with_header(json, &[0; 16]);
+        // Every proper prefix of a valid file is one still being written.
+        for len in 0..whole.len() {
+            assert!(cut(&whole[..len]), "prefix of {len} bytes");
+        }
+        // Longer than its data, or broken in itself: not a matter of waiting.
+        assert!(!cut(&with_header(json, &[0; 18])));
+        assert!(!cut(&with_header(r#"{"t":1}"#, b"")));
+        assert!(!cut(&[0xff; 8]));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use memmap2::Mmap;
 
 use super::ReadError;
 use super::sets::{self, Plan};
-use crate::format::{self, Tensor};
+use crate::format::{self, FormatError, Tensor};
 use crate::index::{self, Index};
 
 /// A file or directory of the source filesystem.
@@ -98,7 +98,7 @@ pub struct Source {
     /// The kinds of problem with this version already warned about (bits of [`Warning`]).
     warned: AtomicU8,
     /// For `.safetensors` files, parsed on first use: the header, or why it is invalid.
-    header: OnceLock<Result<Arc<Parsed>, Arc<str>>>,
+    header: OnceLock<Result<Arc<Parsed>, Arc<FormatError>>>,
     /// For a valid header: the count and digest of its tensor names (see [`sets`](super::sets)).
     digest: OnceLock<(usize, u64)>,
     /// For index files, on first use: what the index says, in brief.
@@ -145,18 +145,17 @@ impl Source {
     }
 
     /// The parsed header (parsed on first call), or why the file is not valid safetensors.
-    pub fn header(&self) -> &Result<Arc<Parsed>, Arc<str>> {
+    pub fn header(&self) -> &Result<Arc<Parsed>, Arc<FormatError>> {
         self.header.get_or_init(|| {
-            let file = self.file_for_read().map_err(|e| Arc::from(e.as_str()))?;
-            format::read_header(&file, &self.path)
-                .map(|h| {
-                    Arc::new(Parsed {
-                        data_start: h.data_start,
-                        tensors: h.tensors.into_iter().map(Arc::new).collect(),
-                        metadata: h.metadata,
-                    })
-                })
-                .map_err(|e| Arc::from(e.to_string()))
+            let file = self
+                .file_for_read()
+                .map_err(|e| FormatError::Io(self.path.clone(), io::Error::other(e)))?;
+            let h = format::read_header(&file, &self.path)?;
+            Ok(Arc::new(Parsed {
+                data_start: h.data_start,
+                tensors: h.tensors.into_iter().map(Arc::new).collect(),
+                metadata: h.metadata,
+            }))
         })
     }
 

@@ -424,7 +424,7 @@ impl Writer {
                 Ok(_) => Some(s.clone()),
                 Err(e) => {
                     if s.first_warning(Warning::Invalid) {
-                        if cut_short(e) {
+                        if e.cut_short() {
                             log::info!("{e}; incomplete so far, no tensors shown");
                         } else {
                             warn!("{e}; the mount shows no tensors until it is valid");
@@ -655,14 +655,14 @@ impl Writer {
                     Ok(_) => wanted.push((i, [stem, b".tensors"].concat(), false)),
                     Err(e) => {
                         if source.first_warning(Warning::Invalid) {
-                            if !self.mounting && cut_short(e) {
+                            if !self.mounting && e.cut_short() {
                                 // Most likely still being written, by a writer that paused.
                                 log::info!("{e} (no .tensors directory; incomplete so far)");
                             } else {
                                 self.reject(&format!("{e} (no .tensors directory)"))?;
                             }
                         }
-                        errors.insert(name.clone(), strip_path(e, &source.path));
+                        errors.insert(name.clone(), Arc::from(e.reason()));
                     }
                 }
             } else if let Some(dir) = std::str::from_utf8(name)
@@ -915,22 +915,4 @@ fn root_node(attr: super::Attr, xattrs: Arc<Xattrs>, origin: Origin) -> DirNode 
         xattrs,
         origin,
     }
-}
-
-/// Whether a header error says the file is shorter than it should be (what a file still being
-/// written looks like): too short for the length prefix, the header, or the data.
-fn cut_short(error: &str) -> bool {
-    [
-        "[HeaderTooSmall]",
-        "[InvalidHeaderLength]",
-        "[MetadataIncompleteBuffer]",
-    ]
-    .iter()
-    .any(|rule| error.ends_with(rule))
-}
-
-/// The reason part of a `path: reason` message.
-fn strip_path(message: &str, path: &Path) -> Arc<str> {
-    let prefix = format!("{}: ", path.display());
-    Arc::from(message.strip_prefix(&prefix).unwrap_or(message))
 }
