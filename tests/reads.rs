@@ -7,7 +7,6 @@ use common::*;
 
 use std::fs;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -233,27 +232,9 @@ fn mmap_of_a_tensor_file_shows_the_source_bytes() {
                 continue;
             }
             let len = want.len() - page_off;
-            // SAFETY: a fresh read-only shared mapping of an open file; unmapped below.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    page_off as libc::off_t,
-                )
-            };
-            assert_ne!(
-                p,
-                libc::MAP_FAILED,
-                "mmap {name}: {}",
-                std::io::Error::last_os_error()
-            );
-            // SAFETY: `p` maps `len` readable bytes of a file that is at least that long.
-            let got = unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec();
-            // SAFETY: unmapping the mapping made above.
-            unsafe { libc::munmap(p, len) };
+            let map =
+                Map::new(&f, page_off as u64, len).unwrap_or_else(|e| panic!("mmap {name}: {e}"));
+            let got = map.bytes();
             assert_same(
                 &format!("mmap {name} at {page_off}"),
                 &got,

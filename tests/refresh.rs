@@ -163,43 +163,6 @@ fn tensor_bytes(file: &Path, name: &str) -> Vec<u8> {
     bytes[8 + n + b..8 + n + e].to_vec()
 }
 
-/// A read-only shared mapping of a whole file.
-struct Map {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Map {
-    fn new(f: &File) -> Map {
-        let len = f.metadata().unwrap().len() as usize;
-        // SAFETY: a fresh read-only mapping of a descriptor we own, checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED);
-        Map { ptr, len }
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        // SAFETY: the mapping is `len` readable bytes for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }.to_vec()
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`.
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
-}
-
 /// An inotify watch on a file of the mount, as a tool watching the mount would have.
 struct Watch {
     fd: i32,
@@ -356,7 +319,7 @@ fn removed(opts: &str) {
     let mirror_bytes = fs::read(l.src("a.safetensors")).unwrap();
     {
         let w = File::open(&w_path).unwrap();
-        let map = Map::new(&w);
+        let map = Map::whole(&w);
         let mirror = File::open(l.path("a.safetensors")).unwrap();
         // Looked up, not open: the kernel drops it as soon as it is told.
         let watch = Watch::new(&l.path("a.tensors/v"));
@@ -422,7 +385,7 @@ fn replaced(opts: &str) {
         ino(&l.path("b.safetensors")),
     );
     let w = File::open(l.path("a.tensors/w")).unwrap();
-    let map = Map::new(&w);
+    let map = Map::whole(&w);
     let mirror = File::open(l.path("a.safetensors")).unwrap();
     assert!(map.bytes() == old.0);
 

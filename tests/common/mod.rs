@@ -480,3 +480,50 @@ pub fn deleted_files_held(pid: i32) -> Vec<String> {
     held.dedup();
     held
 }
+
+/// A read-only shared mapping of a file, as a loader using `mmap` makes.
+pub struct Map {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Map {
+    /// `len` bytes from `offset` (a multiple of the page size).
+    pub fn new(f: &File, offset: u64, len: usize) -> io::Result<Map> {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a fresh read-only mapping of an open descriptor; checked below, and unmapped
+        // only by `drop`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Map { ptr, len })
+    }
+
+    /// The whole file.
+    pub fn whole(f: &File) -> Map {
+        Map::new(f, 0, f.metadata().unwrap().len() as usize).unwrap()
+    }
+
+    /// A copy of the mapped bytes (touching every page).
+    pub fn bytes(&self) -> Vec<u8> {
+        // SAFETY: the mapping is `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }.to_vec()
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
