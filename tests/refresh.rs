@@ -80,17 +80,10 @@ impl Live {
     }
 
     fn compare(&self, src: &str, tensor_dir: &str) {
+        let (src, dir) = (self.src(src), self.path(tensor_dir));
         oracle(
             &self.py,
-            &[
-                self.src(src).to_str().unwrap(),
-                self.path(tensor_dir).to_str().unwrap(),
-            ]
-            .iter()
-            .fold(vec!["compare"], |mut v, a| {
-                v.push(a);
-                v
-            }),
+            &["compare", src.to_str().unwrap(), dir.to_str().unwrap()],
         );
     }
 }

@@ -516,7 +516,12 @@ fn republishing_under_readers_never_mixes_versions() {
                                 "{}: one handle read versions {s} and {v}",
                                 path.display()
                             )),
-                            (Some(v), _) => seen = Some(v),
+                            (Some(v), _) => {
+                                seen = Some(v);
+                                if v != 0 {
+                                    counts[1].fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
                         }
                         counts[0].fetch_add(1, Ordering::Relaxed);
                     }
@@ -566,10 +571,11 @@ fn republishing_under_readers_never_mixes_versions() {
     }
     watchdog.join().unwrap();
     let reads = counts[0].load(Ordering::SeqCst);
+    let republished_reads = counts[1].load(Ordering::SeqCst);
     let stale_opens = counts[2].load(Ordering::SeqCst);
     println!(
-        "republish: {published} versions published, {reads} reads checked, {stale_opens} opens \
-         answered ESTALE twice, {} refreshes",
+        "republish: {published} versions published, {reads} reads checked ({republished_reads} \
+         of a republished version), {stale_opens} opens answered ESTALE twice, {} refreshes",
         generation(&mnt) - generation_before
     );
     let failures = failures.lock().unwrap();
@@ -580,6 +586,10 @@ fn republishing_under_readers_never_mixes_versions() {
         failures[..failures.len().min(10)].join("\n")
     );
     assert!(reads > 100, "too few reads: {reads}");
+    assert!(
+        republished_reads > 0,
+        "readers never saw a republished version ({reads} reads)"
+    );
     assert!(daemon.running(), "daemon died: {}", daemon.stderr());
     // The last version is served, and once the kernel has forgotten the old inodes, their
     // sources are closed.
