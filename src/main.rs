@@ -2,10 +2,9 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
-
-use std::sync::Arc;
 
 use tensormount::cli::{self, Args, MountOptions};
 use tensormount::fs::{Live, TensorFs, Tuning};

@@ -149,7 +149,7 @@ impl Writer {
                 Origin::Real(FileId::of(&record.scan.meta)),
             );
             c.dir(ROOT, root, children);
-            *record
+            record
         } else if meta.is_file() {
             let source = w
                 .registry
@@ -165,11 +165,11 @@ impl Writer {
                 inputs: vec![source],
             }];
             c.dir(ROOT, root, children);
-            record
+            Box::new(record)
         } else {
             return Err(path_error(source, "not a regular file or directory"));
         };
-        w.records.insert(ROOT, Box::new(record));
+        w.records.insert(ROOT, record);
         let (snapshot, _) = w.finish(c, &empty);
         w.mounting = false;
         // Headers are parsed into short-lived maps; hand that memory back to the system rather
