@@ -17,7 +17,7 @@ use crate::refresh::{self, Mode};
     version,
     after_help = "fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0\n\
                   Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict, npy, layout=flat|tree, \
-                  refresh=auto|inotify|poll|off, refresh_interval=SECS, settle=SECS; the generic \
+                  refresh=auto|inotify|poll|off, refresh_interval=SECS, settle=SECS, source_idle=SECS; the generic \
                   mount options (ro, rw, nodev, nosuid, noexec, noatime, nofail, _netdev, defaults, x-*, ...) \
                   are accepted and ignored (the mount is always read-only)."
 )]
@@ -107,6 +107,8 @@ pub struct MountOptions {
     pub refresh: refresh::Settings,
     /// How long a file seen changing in place must stay unchanged to be interpreted.
     pub settle: Duration,
+    /// A source unused for this long is closed (its descriptor and mapping).
+    pub source_idle: Duration,
     /// `rw` was given (it has no effect: the mount is always read-only).
     pub rw: bool,
 }
@@ -124,6 +126,7 @@ impl Default for MountOptions {
             layout: Layout::Flat,
             refresh: refresh::Settings::default(),
             settle: Duration::from_secs(1),
+            source_idle: Duration::from_secs(30),
             rw: false,
         }
     }
@@ -208,6 +211,14 @@ impl MountOptions {
                     None => {
                         return Err(format!(
                             "mount option `{opt}`: a number of seconds, e.g. 1 or 0.2"
+                        ));
+                    }
+                },
+                ("source_idle", Some(v)) => match seconds(v) {
+                    Some(d) => opts.source_idle = d,
+                    None => {
+                        return Err(format!(
+                            "mount option `{opt}`: a number of seconds, e.g. 30 or 0.5"
                         ));
                     }
                 },
@@ -332,6 +343,8 @@ mod tests {
             "refresh_interval=nan",
             "settle=-0.5",
             "settle=1e9",
+            "source_idle=-1",
+            "source_idle=later",
         ] {
             let e = parse(&[bad]).unwrap_err();
             assert!(e.contains(bad), "{e}");
@@ -348,6 +361,11 @@ mod tests {
         assert_eq!(o.refresh.mode, Mode::Poll);
         assert_eq!(o.refresh.interval, Duration::from_millis(250));
         assert_eq!(o.settle, Duration::ZERO);
+        assert_eq!(o.source_idle, Duration::from_secs(30));
+        assert_eq!(
+            parse(&["source_idle=2.5"]).unwrap().source_idle,
+            Duration::from_millis(2500)
+        );
         for (v, mode) in [
             ("auto", Mode::Auto),
             ("inotify", Mode::Inotify),

@@ -12,8 +12,8 @@
 //! foreground process or the background child (with `MAINPID=`), and `STOPPING=1` when a
 //! termination signal starts the shutdown. A background daemon without `--log-file` logs to syslog.
 //!
-//! The threads that follow SOURCE (refresh, inotify, invalidator) start with the signal thread,
-//! after the mount: the fork still happens while the process has a single thread. SIGUSR1 asks
+//! The threads that follow SOURCE (refresh, inotify, invalidator) and the one that closes idle
+//! sources start with the signal thread, after the mount: the fork still happens while the process has a single thread. SIGUSR1 asks
 //! them for a full rescan.
 
 use std::ffi::CString;
@@ -22,6 +22,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 use log::{error, info};
@@ -173,11 +174,12 @@ pub fn run_foreground(
     mnt: &Path,
     config: &Config,
     follow: Option<Follow>,
+    source_idle: Duration,
 ) -> Result<(), Error> {
     block_termination_signals();
     let session = mount(fs, mnt, config)?;
     notify::notify("READY=1");
-    serve(session, mnt, follow)
+    serve(session, mnt, follow, source_idle)
 }
 
 /// Forks; the child mounts and serves, the parent returns once the mount is live (or failed).
@@ -186,6 +188,7 @@ pub fn run_background(
     mnt: &Path,
     config: &Config,
     follow: Option<Follow>,
+    source_idle: Duration,
 ) -> Result<(), Error> {
     let (read_end, write_end) = cloexec_pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     // SAFETY: no thread has been started yet (the tree is built on this thread and the logger
@@ -194,7 +197,8 @@ pub fn run_background(
         -1 => Err(format!("cannot fork: {}", io::Error::last_os_error())),
         0 => {
             drop(read_end);
-            let code = match daemon_child(fs, mnt, config, File::from(write_end), follow) {
+            let ready = File::from(write_end);
+            let code = match daemon_child(fs, mnt, config, ready, follow, source_idle) {
                 Ok(()) => 0,
                 Err(e) => {
                     error!("{e}");
@@ -226,6 +230,7 @@ fn daemon_child(
     config: &Config,
     mut ready: File,
     follow: Option<Follow>,
+    source_idle: Duration,
 ) -> Result<(), Error> {
     block_termination_signals();
     // SAFETY: setsid has no memory-safety preconditions.
@@ -246,7 +251,7 @@ fn daemon_child(
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let _ = ready.write_all(b"ready");
     drop(ready);
-    serve(session, mnt, follow)
+    serve(session, mnt, follow, source_idle)
 }
 
 fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>, Error> {
@@ -274,7 +279,14 @@ fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>,
 }
 
 /// Runs the session until the kernel ends it: `umount`, or a signal handled by the signal thread.
-fn serve(session: Session<TensorFs>, mnt: &Path, follow: Option<Follow>) -> Result<(), Error> {
+fn serve(
+    session: Session<TensorFs>,
+    mnt: &Path,
+    follow: Option<Follow>,
+    source_idle: Duration,
+) -> Result<(), Error> {
+    crate::namespace::start_closer(source_idle)
+        .map_err(|e| format!("cannot start the thread that closes idle sources: {e}"))?;
     let refresh = match follow {
         Some(f) => Some(
             f.start(session.notifier(), top_mount(mnt).map(|m| m.dev))

@@ -23,8 +23,10 @@ use log::debug;
 
 use crate::invalidate::Notice;
 use crate::namespace::{
-    Attr, Content, Ino, Kind, Namespace, Node, ROOT, ReadError, Removed, Snapshot,
+    Attr, Content, Hold, Ino, Kind, Namespace, Node, Opened, ROOT, ReadError, Reading, Removed,
+    Snapshot, Source,
 };
+use crate::pool::Pool;
 use crate::refresh;
 
 /// Entry and attribute timeouts. The bytes behind an inode never change, and a changed source
@@ -35,6 +37,14 @@ const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 const BLKSIZE: u32 = 1 << 20;
 
 const STATFS_BSIZE: u32 = 4096;
+
+/// Threads that serve reads which may wait on storage, and how many more reads may wait for one.
+const READ_THREADS: usize = 16;
+const READ_QUEUE: usize = 4096;
+
+/// How long an open waits for the check of a source that may stall (network or FUSE) before it is
+/// answered from memory.
+const CHECK_WAIT: Duration = Duration::from_millis(300);
 
 /// The root's extended attributes about the refresh.
 const XATTR_GENERATION: &str = "user.tensormount.refresh_generation";
@@ -98,10 +108,15 @@ pub struct TensorFs {
     /// `None` with `-o refresh=off`: the tree never changes.
     live: Option<Live>,
     tuning: Tuning,
-    /// The mode of each mirrored file opened since the kernel last forgot it: its passthrough
-    /// backing file (the kernel wants the same one for every open of an inode), or `None` for the
-    /// page cache, served by the daemon.
-    backing: Mutex<HashMap<Ino, Option<BackingId>>>,
+    /// The files open by clients, by handle: each keeps its source open.
+    handles: Mutex<HashMap<u64, (Ino, Hold)>>,
+    /// The mode of each mirrored file open by a client: its passthrough backing file (the kernel
+    /// wants the same one for every open of an inode), or `None` for the page cache, served by the
+    /// daemon; and how many handles are open on it. Dropped with the last handle, which lets the
+    /// kernel close its backing file.
+    backing: Mutex<HashMap<Ino, (usize, Option<BackingId>)>>,
+    /// Serves reads that may wait on storage, and checks of sources that may stall.
+    pool: Pool,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
     passthrough_ok: AtomicBool,
     /// The snapshot each open directory lists, so that a listing never skips or repeats an entry
@@ -116,7 +131,9 @@ impl TensorFs {
             ns,
             live,
             tuning,
+            handles: Mutex::new(HashMap::new()),
             backing: Mutex::new(HashMap::new()),
+            pool: Pool::new(READ_THREADS, READ_QUEUE),
             passthrough_ok: AtomicBool::new(tuning.passthrough),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -156,9 +173,9 @@ impl TensorFs {
     }
 
     /// Whether an open of `ino` must be refused as stale: it left the tree, or its source now holds
-    /// another version (then the tree is brought up to date first). The kernel answers ESTALE from
-    /// an open by looking the path up again, which finds the new inode.
-    fn stale(&self, ino: Ino, node: &Node) -> bool {
+    /// another version (`moved`, then the tree is brought up to date first). The kernel answers
+    /// ESTALE from an open by looking the path up again, which finds the new inode.
+    fn stale(&self, ino: Ino, moved: bool) -> bool {
         let Some(live) = &self.live else {
             return false;
         };
@@ -166,7 +183,7 @@ impl TensorFs {
         if snapshot.node(ino).is_none() {
             return true;
         }
-        if !node.source().is_some_and(|s| s.moved()) {
+        if !moved {
             return false;
         }
         let dir = snapshot.real_dir_of(ino);
@@ -175,49 +192,97 @@ impl TensorFs {
         !self.ns.is_current(ino)
     }
 
-    /// Opens a file. The kernel wants every open of one inode in the same mode, passthrough or
-    /// page cache (mixing them fails the open with EIO), so the first open of each mirrored file
-    /// decides its mode until the kernel forgets the inode.
-    fn open_file(&self, ino: Ino, node: &Node, reply: ReplyOpen) {
-        let flags = self.open_flags(false);
-        let Content::Mirror { source, .. } = &node.content else {
-            return reply.opened(FileHandle(0), flags);
+    /// What an open needs from the backend: whether the source moved (when the mount follows it),
+    /// and for a mirrored file that may use passthrough, the source open and intact. Done here for
+    /// a local source; for one that may stall, on the pool within [`CHECK_WAIT`], after which the
+    /// open is answered from memory (unchecked, without passthrough).
+    fn check(&self, source: &Arc<Source>, mirror: bool) -> Checked {
+        let follow = self.live.is_some();
+        let passthrough = mirror && self.passthrough_ok.load(Ordering::Relaxed);
+        let work = {
+            let source = source.clone();
+            move || Checked {
+                moved: follow && source.moved(),
+                opened: passthrough
+                    .then(|| source.opened().ok())
+                    .flatten()
+                    .filter(|o| source.intact(o, source.len())),
+                answered: true,
+            }
         };
-        if source.file().is_none() {
-            return reply.opened(FileHandle(0), flags);
+        if !source.remote {
+            return work();
         }
-        let Ok(mut backing) = self.backing.lock() else {
-            return reply.error(Errno::EIO);
-        };
-        let intact = source.intact(source.len());
-        let mode = match backing.entry(ino) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.open_backing(ino, node, intact, &reply)),
-        };
-        match mode {
+        self.pool.within(CHECK_WAIT, work).unwrap_or_else(|| {
+            debug!("{}: no answer in {CHECK_WAIT:?}", source.path.display());
+            Checked {
+                moved: false,
+                opened: None,
+                answered: false,
+            }
+        })
+    }
+
+    /// Opens a file with a handle that keeps its source open. The kernel wants every open of one
+    /// inode in the same mode, passthrough or page cache (mixing them fails the open with EIO), so
+    /// the first open of a mirrored file decides its mode until its last handle is released.
+    fn open_file(
+        &self,
+        ino: Ino,
+        source: &Arc<Source>,
+        mirror: bool,
+        checked: Checked,
+        reply: ReplyOpen,
+    ) {
+        let flags = self.open_flags(false);
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let hold = source.hold();
+        if !mirror {
+            self.lock_handles().insert(fh, (ino, hold));
+            return reply.opened(FileHandle(fh), flags);
+        }
+        let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
+        let (count, mode) = backing
+            .entry(ino)
+            .or_insert_with(|| (0, self.open_backing(ino, checked.opened.as_deref(), &reply)));
+        *count += 1;
+        let usable = checked.opened.is_some() || !checked.answered;
+        let passthrough = mode.as_ref().map(|id| (id, usable));
+        match passthrough {
             // The kernel refuses passthrough combined with caching flags (the page cache is the
             // source's).
-            Some(id) if intact => reply.opened_passthrough(FileHandle(0), FopenFlags::empty(), id),
+            Some((id, true)) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id),
             // Passthrough reads never reach the daemon, so a source changed in place can only be
             // refused here.
-            Some(_) => reply.error(self.changed_errno()),
-            None => reply.opened(FileHandle(0), flags),
+            Some((_, false)) => {
+                *count -= 1;
+                if *count == 0 {
+                    backing.remove(&ino);
+                }
+                return reply.error(self.changed_errno());
+            }
+            None => reply.opened(FileHandle(fh), flags),
         }
+        drop(backing);
+        self.lock_handles().insert(fh, (ino, hold));
+    }
+
+    fn lock_handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Ino, Hold)>> {
+        self.handles.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A passthrough backing file for a mirrored file, if the kernel and privileges allow it and
-    /// the source is unchanged.
+    /// the source is open and unchanged.
     fn open_backing(
         &self,
         ino: Ino,
-        node: &Node,
-        intact: bool,
+        opened: Option<&Opened>,
         reply: &ReplyOpen,
     ) -> Option<BackingId> {
-        if !self.passthrough_ok.load(Ordering::Relaxed) || !intact {
+        if !self.passthrough_ok.load(Ordering::Relaxed) {
             return None;
         }
-        match reply.open_backing(node.source()?.file()?) {
+        match reply.open_backing(&opened?.file) {
             Ok(id) => Some(id),
             Err(err) => {
                 // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
@@ -234,14 +299,7 @@ impl TensorFs {
 
     /// The kernel forgot `n` lookups of `ino`.
     fn forget_one(&self, ino: Ino, n: u64) {
-        if self.ns.forget(ino, n) {
-            let dropped = self
-                .backing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&ino);
-            drop(dropped);
-        }
+        self.ns.forget(ino, n);
     }
 
     /// The snapshot an open directory lists.
@@ -277,6 +335,44 @@ impl TensorFs {
             _ => return None,
         };
         Some(value.into_bytes())
+    }
+}
+
+/// What an open found out from the backend (see [`TensorFs::check`]).
+struct Checked {
+    moved: bool,
+    /// For a mirrored file that may use passthrough: the source open, if it holds this version.
+    opened: Option<Arc<Opened>>,
+    /// False where the backend did not answer in time.
+    answered: bool,
+}
+
+/// Sends a read of a source's bytes (see [`Source::send`]) as the reply, or the error.
+fn serve(
+    source: &Arc<Source>,
+    head: &[u8],
+    start: u64,
+    len: u64,
+    reply: ReplyData,
+    changed: Errno,
+) {
+    let mut reply = Some(reply);
+    let sent = source.send(head, start, len, |bytes| {
+        if let Some(r) = reply.take() {
+            r.data(bytes);
+        }
+    });
+    if let (Err(e), Some(r)) = (sent, reply) {
+        r.error(read_errno(e, changed));
+    }
+}
+
+fn read_errno(e: ReadError, changed: Errno) -> Errno {
+    match e {
+        ReadError::NotFound => Errno::ENOENT,
+        ReadError::IsDir => Errno::EISDIR,
+        ReadError::SourceChanged => changed,
+        ReadError::Io => Errno::EIO,
     }
 }
 
@@ -389,11 +485,41 @@ impl Filesystem for TensorFs {
         if node.attr.kind == Kind::Dir {
             return reply.error(Errno::EISDIR);
         }
-        if self.stale(ino.0, &node) {
+        let Some(source) = node.source().cloned() else {
+            // Generated bytes: nothing to check or keep open.
+            return reply.opened(FileHandle(0), self.open_flags(false));
+        };
+        let mirror = matches!(node.content, Content::Mirror { .. });
+        let checked = self.check(&source, mirror);
+        if self.stale(ino.0, checked.moved) {
             return reply.error(Errno::ESTALE);
         }
         // The bytes behind an inode never change: the kernel's page cache is kept across opens.
-        self.open_file(ino.0, &node, reply);
+        self.open_file(ino.0, &source, mirror, checked, reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let released = self.lock_handles().remove(&fh.0);
+        if released.is_some() {
+            let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Entry::Occupied(mut e) = backing.entry(ino.0) {
+                e.get_mut().0 -= 1;
+                if e.get().0 == 0 {
+                    e.remove();
+                }
+            }
+        }
+        drop(released);
+        reply.ok();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -411,14 +537,29 @@ impl Filesystem for TensorFs {
         let Some(node) = self.ns.get(ino.0) else {
             return reply.error(Errno::ESTALE);
         };
-        // A mapped slice goes straight into the reply's writev: no copy, and no access by the
-        // daemon itself.
         match node.read(offset, size) {
-            Ok(bytes) => reply.data(&bytes),
-            Err(ReadError::NotFound) => reply.error(Errno::ENOENT),
-            Err(ReadError::IsDir) => reply.error(Errno::EISDIR),
-            Err(ReadError::SourceChanged) => reply.error(self.changed_errno()),
-            Err(ReadError::Io) => reply.error(Errno::EIO),
+            Ok(Reading::Bytes(bytes)) => reply.data(bytes),
+            Ok(Reading::Source {
+                source,
+                head,
+                start,
+                len,
+            }) => {
+                let changed = self.changed_errno();
+                // Bytes in the page cache of a local source are sent from this thread; anything
+                // that may wait on storage goes to the pool.
+                if head.is_empty() && source.ready(start, len) {
+                    return serve(&source, &head, start, len, reply, changed);
+                }
+                self.pool.submit(move |run| {
+                    if run {
+                        serve(&source, &head, start, len, reply, changed);
+                    } else {
+                        reply.error(Errno::EIO);
+                    }
+                });
+            }
+            Err(e) => reply.error(read_errno(e, self.changed_errno())),
         }
     }
 

@@ -9,6 +9,7 @@
 //!   into new snapshots plus a diff;
 //! - [`refresh`] and [`inotify`]: the thread that finds changes and has them applied;
 //! - [`fs`]: the thin fuser adapter over the current snapshot;
+//! - [`pool`]: the threads that serve reads which may wait on storage;
 //! - [`invalidate`]: diffs turned into kernel cache notifications, on a thread of their own;
 //! - [`listing`]: `--list` output;
 //! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals;
@@ -33,4 +34,5 @@ pub mod names;
 pub mod namespace;
 pub mod notify;
 pub mod npy;
+pub mod pool;
 pub mod refresh;

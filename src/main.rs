@@ -86,8 +86,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         (None, TensorFs::new(ns, None, tuning))
     };
     if args.foreground && !helper {
-        daemon::run_foreground(fs, &mnt, &config, follow)
+        daemon::run_foreground(fs, &mnt, &config, follow, opts.source_idle)
     } else {
-        daemon::run_background(fs, &mnt, &config, follow)
+        daemon::run_background(fs, &mnt, &config, follow, opts.source_idle)
     }
 }

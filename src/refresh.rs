@@ -25,8 +25,11 @@ const QUIET: Duration = Duration::from_millis(100);
 /// ... or this long after its first event, whichever comes first.
 const MAX_DELAY: Duration = Duration::from_secs(1);
 
-/// How long a request waits for the refresh thread to read a directory again.
+/// How long a request waits for the refresh thread to read a directory again...
 const ASK_LIMIT: Duration = Duration::from_secs(10);
+/// ... as long as the thread's calls to the source keep returning, at least one in this long: a
+/// stalled backend must not hold the requests that the tree as it is can answer.
+const ASK_PATIENCE: Duration = Duration::from_millis(300);
 
 /// How changes are found (`-o refresh=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,12 +111,32 @@ impl Handle {
         self.ask(|tx| Msg::Rescan(ino, tx));
     }
 
-    /// Asks the refresh thread and waits for its answer, at most [`ASK_LIMIT`]: a request must not
-    /// hang for good on a source that stopped answering (the request then goes on with the tree
-    /// as it is). No answer, or no refresh thread, reads as "nothing changed".
+    /// Asks the refresh thread and waits for its answer, at most [`ASK_LIMIT`], and no longer
+    /// than [`ASK_PATIENCE`] without progress: a request must not hang on a source that stopped
+    /// answering (the request then goes on with the tree as it is). No answer, or no refresh
+    /// thread, reads as "nothing changed".
     fn ask(&self, msg: impl FnOnce(Sender<bool>) -> Msg) -> bool {
         let (tx, rx) = mpsc::channel();
-        self.tx.send(msg(tx)).is_ok() && rx.recv_timeout(ASK_LIMIT).unwrap_or(false)
+        if self.tx.send(msg(tx)).is_err() {
+            return false;
+        }
+        let started = Instant::now();
+        let mut seen = crate::namespace::progress();
+        while started.elapsed() < ASK_LIMIT {
+            match rx.recv_timeout(ASK_PATIENCE) {
+                Ok(changed) => return changed,
+                Err(RecvTimeoutError::Disconnected) => return false,
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = crate::namespace::progress();
+                    if now == seen {
+                        debug!("the source has not answered for {ASK_PATIENCE:?}: not waiting");
+                        return false;
+                    }
+                    seen = now;
+                }
+            }
+        }
+        false
     }
 
     /// `inotify`, `poll`, or `inotify+poll` where some directories could not be watched.
@@ -524,34 +547,8 @@ fn log_diff(diff: &Diff, why: &str, took: Duration) {
     );
 }
 
-/// Whether `path` is on a filesystem whose changes made elsewhere inotify never reports: NFS,
-/// SMB/CIFS, FUSE, 9p, Ceph, Lustre, GPFS, AFS.
+/// Whether the directory `path` is on a filesystem whose changes made elsewhere inotify never
+/// reports.
 fn is_remote(path: &Path) -> bool {
-    const REMOTE: [i64; 10] = [
-        0x6969,     // NFS
-        0x517b,     // SMB
-        0xfe534d42, // SMB2
-        0xff534d42, // CIFS
-        0x65735546, // FUSE
-        0x01021997, // 9p
-        0x00c36400, // Ceph
-        0x0bd00bd0, // Lustre
-        0x47504653, // GPFS
-        0x5346414f, // AFS
-    ];
-    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-    else {
-        return false;
-    };
-    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `c` is a valid NUL-terminated path and `buf` a writable statfs buffer.
-    if unsafe { libc::statfs(c.as_ptr(), buf.as_mut_ptr()) } != 0 {
-        return false;
-    }
-    // SAFETY: statfs succeeded, so the buffer is initialised.
-    let stat = unsafe { buf.assume_init() };
-    // `f_type` is a long on some targets and an int on others.
-    #[allow(clippy::unnecessary_cast)]
-    let kind = stat.f_type as i64;
-    REMOTE.contains(&kind)
+    std::fs::File::open(path).is_ok_and(|dir| crate::namespace::is_remote(&dir))
 }

@@ -3,6 +3,7 @@
 //! snapshots plus a [`Diff`].
 //!
 //! - [`source`]: one [`Source`] per version of a source file, reused while the file is unchanged;
+//! - [`opened`]: sources opened on demand, capped, and closed when idle;
 //! - [`scan`]: what one source directory holds, and which files are still being written;
 //! - [`claims`]: which generated directory wins a name;
 //! - [`sets`]: sharded sets, their indexes checked against their shards;
@@ -15,23 +16,25 @@
 //! Inode numbers are never reused during a mount, and the bytes behind an inode never change: a
 //! file whose source changes becomes a new inode. Unchanged entries keep theirs.
 //!
-//! The daemon never reads mapped source bytes itself: [`Node::read`] only hands slices to the FUSE
-//! adapter, which passes them to the kernel, so a source truncated later gives the reader an error
-//! instead of killing the daemon with SIGBUS. The one copy it makes (the tensor bytes after an NPY
-//! header) is read with `pread`, for the same reason.
+//! The daemon never reads mapped source bytes itself: [`Source::send`] only hands slices of a
+//! mapping to the FUSE adapter, which passes them to the kernel, so a source truncated later gives
+//! the reader an error instead of killing the daemon with SIGBUS. The copies it makes (the tensor
+//! bytes after an NPY header, sources that cannot be mapped) are read with `pread`, for the same
+//! reason.
 
 mod claims;
 mod commit;
 mod draft;
 mod layout;
 mod live;
+mod opened;
+mod parallel;
 mod scan;
 mod sets;
 mod source;
 mod table;
 mod writer;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -43,7 +46,9 @@ use crate::format::Tensor;
 use crate::npy;
 
 pub use live::Namespace;
-pub use source::{FileId, Source, Version};
+pub use opened::{Opened, start_closer};
+pub use parallel::progress;
+pub use source::{FileId, Hold, Source, Version, is_remote};
 pub use writer::{Diff, Removed, Writer};
 
 use table::Table;
@@ -82,6 +87,20 @@ pub enum ReadError {
     SourceChanged,
     /// Reading the source failed.
     Io,
+}
+
+/// What a read sends (see [`Node::read`]).
+#[derive(Debug)]
+pub enum Reading<'a> {
+    /// Bytes the daemon has.
+    Bytes(&'a [u8]),
+    /// `head`, then the `len` bytes at `start` of `source`.
+    Source {
+        source: Arc<Source>,
+        head: Vec<u8>,
+        start: u64,
+        len: u64,
+    },
 }
 
 /// `size` bytes of `bytes` from `offset`, fewer at the end.
@@ -238,38 +257,49 @@ impl Node {
         }
     }
 
-    /// Up to `size` bytes of a file from `offset`: a slice of the source mapping (never read by the
-    /// daemon itself), or, for the first bytes of an NPY view, the header followed by tensor bytes
-    /// read with `pread`. Fails if the source no longer holds this version's bytes.
-    pub fn read(&self, offset: u64, size: u32) -> Result<Cow<'_, [u8]>, ReadError> {
-        let mapped = match &self.content {
-            Content::Mirror { source, .. } => source.range(0, self.attr.size, offset, size),
-            Content::Tensor { source, tensor } => source.range(
+    /// What a read of up to `size` bytes from `offset` sends: bytes the daemon has, or a range of
+    /// a source (see [`Source::send`]), after the NPY header's bytes for the start of an NPY view.
+    pub fn read(&self, offset: u64, size: u32) -> Result<Reading<'_>, ReadError> {
+        let range = |source: &Arc<Source>, start: u64, len: u64, offset: u64, head: Vec<u8>| {
+            let want = u64::from(size)
+                .saturating_sub(head.len() as u64)
+                .min(len.saturating_sub(offset));
+            Reading::Source {
+                source: source.clone(),
+                head,
+                start: start + offset.min(len),
+                len: want,
+            }
+        };
+        Ok(match &self.content {
+            Content::Mirror { source, .. } => range(source, 0, self.attr.size, offset, Vec::new()),
+            Content::Tensor { source, tensor } => range(
+                source,
                 source.data_start() + tensor.begin,
                 tensor.size(),
                 offset,
-                size,
+                Vec::new(),
             ),
             Content::Npy { source, tensor } => {
                 let start = source.data_start() + tensor.begin;
                 let header_len = self.attr.size - tensor.size();
                 if offset >= header_len {
-                    source.range(start, tensor.size(), offset - header_len, size)
+                    range(
+                        source,
+                        start,
+                        tensor.size(),
+                        offset - header_len,
+                        Vec::new(),
+                    )
                 } else {
                     let header = npy::header(tensor).ok_or(ReadError::NotFound)?;
-                    let head = window(&header, offset, size);
-                    let rest = u64::from(size - head.len() as u32).min(tensor.size());
-                    let mut out = vec![0; head.len() + rest as usize];
-                    let (out_head, out_rest) = out.split_at_mut(head.len());
-                    out_head.copy_from_slice(head);
-                    source.read_at(start, out_rest)?;
-                    return Ok(Cow::Owned(out));
+                    let head = window(&header, offset, size).to_vec();
+                    range(source, start, tensor.size(), 0, head)
                 }
             }
-            Content::Generated(bytes) => Ok(window(bytes, offset, size)),
-            Content::Dir(_) => Err(ReadError::IsDir),
-        };
-        mapped.map(Cow::Borrowed)
+            Content::Generated(bytes) => Reading::Bytes(window(bytes, offset, size)),
+            Content::Dir(_) => return Err(ReadError::IsDir),
+        })
     }
 
     /// The names of the extended attributes, in a stable order.
@@ -358,13 +388,6 @@ impl Snapshot {
 
     fn name_of(&self, ino: Ino) -> &[u8] {
         self.node(ino).map_or(&[][..], |n| &n.name[..])
-    }
-
-    /// Up to `size` bytes of a file from `offset` (see [`Node::read`]).
-    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Cow<'_, [u8]>, ReadError> {
-        self.node(ino)
-            .ok_or(ReadError::NotFound)?
-            .read(offset, size)
     }
 
     pub fn xattr_names(&self, ino: Ino) -> Vec<String> {

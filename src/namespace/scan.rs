@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::source::{FileId, Version};
+use super::parallel;
+use super::source::{FileId, Version, is_remote};
 
 /// A directory as one scan saw it.
 #[derive(Debug, Clone)]
@@ -68,17 +69,21 @@ impl Scan {
         if !meta.is_dir() {
             return Err(std::io::Error::other("not a directory"));
         }
-        let mut entries: Vec<Entry> = fs::read_dir(path)?
+        let listed: Vec<(Arc<[u8]>, PathBuf)> = fs::read_dir(path)?
             .filter_map(Result::ok)
-            .map(|e| {
-                let path = e.path();
-                let what = what(&path, skip_dev);
-                Entry {
-                    name: e.file_name().as_bytes().into(),
-                    path,
-                    what,
-                }
-            })
+            .map(|e| (e.file_name().as_bytes().into(), e.path()))
+            .collect();
+        // On storage far away, each `stat` is a round trip: several go at once.
+        let remote = fs::File::open(path).is_ok_and(|d| is_remote(&d));
+        let whats = parallel::map(&listed, remote, |(_, p)| {
+            let w = what(p, skip_dev);
+            parallel::step();
+            w
+        });
+        let mut entries: Vec<Entry> = listed
+            .into_iter()
+            .zip(whats)
+            .map(|((name, path), what)| Entry { name, path, what })
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Scan { meta, entries })

@@ -22,6 +22,7 @@ use super::claims::{self, Claim, Verdict};
 use super::commit::{Commit, DirNode};
 use super::draft::{self, Body, DirDraft, Draft};
 use super::layout;
+use super::parallel;
 use super::scan::{self, Flux, Scan, What};
 use super::sets::{self, Refused, Shard};
 use super::source::{FileId, Registry, Source, Version, Warning};
@@ -482,6 +483,16 @@ impl Writer {
     fn entries(&mut self, d: &DirInput<'_>, budget: &mut usize) -> Result<Drafted, BuildError> {
         let mut drafts = Vec::new();
         let mut files: Vec<(Arc<[u8]>, Arc<Source>)> = Vec::new();
+        let wanted: Vec<(&Path, &Metadata)> = d
+            .scan
+            .entries
+            .iter()
+            .filter_map(|e| match &e.what {
+                What::File(m) => Some((&*e.path, m)),
+                _ => None,
+            })
+            .collect();
+        let mut opened = self.registry.get_all(&wanted).into_iter();
         for e in &d.scan.entries {
             let known = d
                 .previous
@@ -509,7 +520,7 @@ impl Writer {
                         drafts.push(dir);
                     }
                 }
-                What::File(m) => match self.registry.get(&e.path, m) {
+                What::File(_) => match opened.next().unwrap_or_else(|| Err("not opened".into())) {
                     Ok(s) => files.push((e.name.clone(), s)),
                     Err(err) if !known => {
                         warn!("{}: cannot open, skipped: {err}", e.path.display())
@@ -638,6 +649,22 @@ impl Writer {
                 settle
             ))
         };
+
+        // The headers and indexes about to be used are read several at a time first.
+        let unread: Vec<(&Arc<Source>, bool)> = files
+            .iter()
+            .filter(|(name, _)| interpretable(name) && !in_flux(name))
+            .filter_map(|(name, source)| {
+                let index = std::str::from_utf8(name)
+                    .ok()
+                    .and_then(index::merged_dir_name)
+                    .is_some();
+                (index || name.ends_with(b".safetensors")).then_some((source, index))
+            })
+            .filter(|(source, index)| !source.is_read(*index))
+            .collect();
+        let remote = unread.iter().any(|(s, _)| s.remote);
+        parallel::map(&unread, remote, |(source, index)| source.read(*index));
 
         // What each file asks for: `NAME.tensors` for a valid unsharded file, a merged directory
         // for an index.
