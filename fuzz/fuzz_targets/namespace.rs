@@ -262,7 +262,12 @@ fn change(dir: &Path, parts: &[&[u8]], reverse: bool) {
     if reverse {
         files.reverse();
     }
-    let part = |i: usize| parts.get(i % parts.len().max(1)).copied().unwrap_or_default();
+    let part = |i: usize| {
+        parts
+            .get(i % parts.len().max(1))
+            .copied()
+            .unwrap_or_default()
+    };
     if let Some(first) = files.first() {
         let tmp = dir.join(".tmp-fuzz");
         fs::write(&tmp, part(1)).unwrap();
@@ -283,7 +288,7 @@ type Shape = (PathBuf, Kind, u64, Vec<u8>);
 fn shape_of(tree: &Snapshot, ino: u64, path: PathBuf) -> Shape {
     let node = tree.node(ino).unwrap();
     let head = match node.attr.kind {
-        Kind::File => tree.read(ino, 0, 64).map(|b| b.into_owned()).unwrap_or_default(),
+        Kind::File => tree.read(ino, 0, 64).unwrap_or_default(),
         Kind::Dir => Vec::new(),
     };
     (path, node.attr.kind, node.attr.size, head)
@@ -311,7 +316,7 @@ fn shape_by_ino(tree: &Snapshot) -> std::collections::HashMap<u64, Shape> {
 
 /// Walks the whole tree, checking everything it shows. Returns the `--list` paths and offsets.
 fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String, u64, u64)> {
-    let read = |ino, offset, size| tree.read(ino, offset, size).map(|b| b.into_owned());
+    let read = |ino, offset, size| tree.read(ino, offset, size);
     let count = tree.node_count();
     let beyond = u64::MAX / 2;
     assert!(count >= 1);

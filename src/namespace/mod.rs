@@ -390,6 +390,28 @@ impl Snapshot {
         self.node(ino).map_or(&[][..], |n| &n.name[..])
     }
 
+    /// Up to `size` bytes of a file from `offset`, copied (see [`Node::read`]): for tests and
+    /// fuzzing, which compare bytes; the FUSE adapter sends them without a copy instead.
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>, ReadError> {
+        match self
+            .node(ino)
+            .ok_or(ReadError::NotFound)?
+            .read(offset, size)?
+        {
+            Reading::Bytes(b) => Ok(b.to_vec()),
+            Reading::Source {
+                source,
+                head,
+                start,
+                len,
+            } => {
+                let mut out = Vec::new();
+                source.send(&head, start, len, |b| out.extend_from_slice(b))?;
+                Ok(out)
+            }
+        }
+    }
+
     pub fn xattr_names(&self, ino: Ino) -> Vec<String> {
         self.node(ino).map(Node::xattr_names).unwrap_or_default()
     }

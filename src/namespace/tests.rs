@@ -108,22 +108,7 @@ fn names(s: &Snapshot, path: &str) -> Vec<String> {
 }
 
 fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
-    let node = s.node(at(s, path).unwrap()).unwrap();
-    match node.read(0, u32::MAX).unwrap() {
-        Reading::Bytes(b) => b.to_vec(),
-        Reading::Source {
-            source,
-            head,
-            start,
-            len,
-        } => {
-            let mut out = Vec::new();
-            source
-                .send(&head, start, len, |b| out.extend_from_slice(b))
-                .unwrap();
-            out
-        }
-    }
+    s.read(at(s, path).unwrap(), 0, u32::MAX).unwrap()
 }
 
 /// Every path below `path` with its inode number.
