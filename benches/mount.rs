@@ -50,6 +50,11 @@
 //!    again), against the same on a tensor of an unchanged shard; a second copy of the model
 //!    renamed into SOURCE, until a tensor of it can be read by its exact path (the lookup builds
 //!    it) and until the root's link count shows it (inotify, no lookup).
+//! 9. Storage far away: the item 6 model served by `examples/slowfs.rs`, a FUSE passthrough that
+//!    delays every request by 20 ms (requests overlap, as on a network store): the mount time,
+//!    against the same mount of the local model. Item 5's first loader also reports the daemon's
+//!    resident memory (RssAnon + RssFile) after reading the whole model twice, against right after
+//!    mounting.
 
 use std::ffi::{CString, OsString};
 use std::fmt::Write as _;
@@ -1318,6 +1323,8 @@ impl Bench {
         self.metadata(&mut rows);
         self.progress("8: following SOURCE");
         self.refresh(&mut rows);
+        self.progress("9: storage far away");
+        self.far_away(&mut rows);
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
         rows.sort_by_key(|r| r.id);
@@ -1495,11 +1502,31 @@ impl Bench {
                 "same on source",
             ),
         ];
-        for (id, how, opts, mode, path, base_what) in loaders {
+        // The daemon's resident memory (anonymous and file-backed) right after mounting and
+        // after numpy has read every tensor twice, for the first loader.
+        let rss = |m: &Mount| Some(m.status_bytes("RssAnon")? + m.status_bytes("RssFile")?);
+        let (mut rss_mounted, mut rss_loaded) = (Vec::new(), Vec::new());
+        for (i, (id, how, opts, mode, path, base_what)) in loaders.into_iter().enumerate() {
+            let first = i == 0;
             let runs = self.cold_warm_with(opts, bytes, |m| {
+                let before = rss(m);
                 let v = self.python_passes(mode, &m.path(path), 2)?;
+                if first && let (Some(b), Some(a)) = (before, rss(m)) {
+                    rss_mounted.push(b as f64);
+                    rss_loaded.push(a as f64);
+                }
                 Ok((v[0], v[1]))
             });
+            if first {
+                rows.push(Row {
+                    id,
+                    case: format!("daemon RssAnon + RssFile after {how} read all {what} twice"),
+                    unit: Unit::MiB,
+                    tm: Cell::Vals(rss_loaded.clone()),
+                    base: Cell::Vals(rss_mounted.clone()),
+                    base_what: "right after mount",
+                });
+            }
             for (warm, w) in [(false, "cold"), (true, "warm")] {
                 rows.push(Row {
                     id,
@@ -1805,7 +1832,90 @@ impl Bench {
     }
 }
 
+/// Item 9's added latency per request, in milliseconds.
+const FAR_DELAY_MS: u64 = 20;
+
+/// Builds `examples/slowfs.rs` (item 9's storage far away) and returns its path, beside the
+/// daemon's binary.
+fn build_slowfs() -> Res<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let ok = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--example", "slowfs"])
+        .current_dir(MANIFEST_DIR)
+        .status()
+        .map_err(err("cargo build --example slowfs"))?
+        .success();
+    let bin = Path::new(BIN)
+        .parent()
+        .map(|d| d.join("examples/slowfs"))
+        .ok_or("no directory for the daemon's binary")?;
+    match ok && bin.exists() {
+        true => Ok(bin),
+        false => Err("cargo build --release --example slowfs failed".into()),
+    }
+}
+
 impl Bench {
+    /// Item 9: mount time of the item 6 model served by slowfs, which delays every request by
+    /// [`FAR_DELAY_MS`], against the same mount of the local model, in the same run.
+    fn far_away(&mut self, rows: &mut Vec<Row>) {
+        let case = format!(
+            "mount time ({} shards, {} tensors) behind slowfs, +{FAR_DELAY_MS} ms per request",
+            self.sz.shards,
+            self.large.entries - 1
+        );
+        let (mut far, mut local) = (Vec::new(), Vec::new());
+        let res = (|| -> Res<()> {
+            let slowfs = build_slowfs()?;
+            let dir = self.mnt_large.with_file_name("far");
+            fs::create_dir_all(&dir).map_err(err(dir.display()))?;
+            for i in 0..self.runs_total() {
+                let m = Mount::new(&self.large.dir, &self.mnt_large, self.tuning, "")?;
+                let took = m.took.as_secs_f64();
+                m.unmount()?;
+                registry().mounts.push(dir.clone());
+                let mut child = Command::new(&slowfs)
+                    .arg(&self.large.dir)
+                    .arg(&dir)
+                    .args(["--delay-ms", &FAR_DELAY_MS.to_string()])
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .map_err(err(slowfs.display()))?;
+                let t = Instant::now();
+                while !mounted_below(&dir) {
+                    if t.elapsed() > Duration::from_secs(10) {
+                        let _ = child.kill();
+                        return Err("slowfs did not mount".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let far_took = Mount::new(&dir, &self.mnt_large, self.tuning, "").and_then(|m| {
+                    let took = m.took.as_secs_f64();
+                    m.unmount().map(|()| took)
+                });
+                quiet(Command::new("umount").arg(&dir));
+                registry().mounts.retain(|m| *m != dir);
+                let _ = child.wait();
+                if i >= self.opts.warmup {
+                    far.push(far_took?);
+                    local.push(took);
+                }
+            }
+            Ok(())
+        })();
+        rows.push(Row {
+            id: "9",
+            case,
+            unit: Unit::Secs,
+            tm: match res {
+                Ok(()) => Cell::Vals(far),
+                Err(e) => Cell::Failed(e),
+            },
+            base: Cell::Vals(local),
+            base_what: "same mount, local source",
+        });
+    }
+
     /// Item 8.
     fn refresh(&mut self, rows: &mut Vec<Row>) {
         if let Err(e) = self.refresh_rows(rows) {

@@ -3,8 +3,8 @@
 //! to look again where a request finds the tree out of date, and counts the lookups the kernel
 //! holds. Nothing here decides what the tree holds.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -117,6 +117,8 @@ pub struct TensorFs {
     backing: Mutex<HashMap<Ino, (usize, Option<BackingId>)>>,
     /// Serves reads that may wait on storage, and checks of sources that may stall.
     pool: Pool,
+    /// Devices with a check that did not answer within [`CHECK_WAIT`] and is still waiting.
+    stalled: Arc<Mutex<HashSet<u64>>>,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
     passthrough_ok: AtomicBool,
     /// The snapshot each open directory lists, so that a listing never skips or repeats an entry
@@ -134,6 +136,7 @@ impl TensorFs {
             handles: Mutex::new(HashMap::new()),
             backing: Mutex::new(HashMap::new()),
             pool: Pool::new(READ_THREADS, READ_QUEUE),
+            stalled: Arc::default(),
             passthrough_ok: AtomicBool::new(tuning.passthrough),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -193,34 +196,70 @@ impl TensorFs {
     }
 
     /// What an open needs from the backend: whether the source moved (when the mount follows it),
-    /// and for a mirrored file that may use passthrough, the source open and intact. Done here for
-    /// a local source; for one that may stall, on the pool within [`CHECK_WAIT`], after which the
-    /// open is answered from memory (unchecked, without passthrough).
+    /// and the source open, so that the handle keeps reading this version whatever happens to the
+    /// path later (for a mirrored file, which may use passthrough, also checked intact). Done here
+    /// for a local source; for one that may stall, on the pool within [`CHECK_WAIT`], after which
+    /// the open is answered from memory (unchecked, without passthrough).
     fn check(&self, source: &Arc<Source>, mirror: bool) -> Checked {
         let follow = self.live.is_some();
-        let passthrough = mirror && self.passthrough_ok.load(Ordering::Relaxed);
         let work = {
             let source = source.clone();
             move || Checked {
                 moved: follow && source.moved(),
-                opened: passthrough
-                    .then(|| source.opened().ok())
-                    .flatten()
-                    .filter(|o| source.intact(o, source.len())),
+                opened: source
+                    .opened()
+                    .ok()
+                    .filter(|o| !mirror || source.intact(o, source.len())),
                 answered: true,
             }
         };
         if !source.remote {
             return work();
         }
-        self.pool.within(CHECK_WAIT, work).unwrap_or_else(|| {
-            debug!("{}: no answer in {CHECK_WAIT:?}", source.path.display());
-            Checked {
-                moved: false,
-                opened: None,
-                answered: false,
+        let unchecked = Checked {
+            moved: false,
+            opened: None,
+            answered: false,
+        };
+        // While a check on this device has not answered, the next opens do not wait at all.
+        let dev = source.version.id.dev;
+        if self.lock_stalled().contains(&dev) {
+            return unchecked;
+        }
+        let late = Arc::new(Mutex::new(Late::default()));
+        let job = {
+            let (late, stalled) = (late.clone(), self.stalled.clone());
+            move || {
+                let checked = work();
+                let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
+                late.done = true;
+                if late.given_up {
+                    stalled
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&dev);
+                }
+                checked
             }
-        })
+        };
+        if let Some(checked) = self.pool.within(CHECK_WAIT, job) {
+            return checked;
+        }
+        let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
+        if !late.done {
+            late.given_up = true;
+            self.lock_stalled().insert(dev);
+            debug!(
+                "{}: no answer in {CHECK_WAIT:?}; opens on its device answered unchecked until it \
+                 answers",
+                source.path.display()
+            );
+        }
+        unchecked
+    }
+
+    fn lock_stalled(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.stalled.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Opens a file with a handle that keeps its source open. The kernel wants every open of one
@@ -338,10 +377,17 @@ impl TensorFs {
     }
 }
 
+/// Whether a check given up on has finished since.
+#[derive(Default)]
+struct Late {
+    done: bool,
+    given_up: bool,
+}
+
 /// What an open found out from the backend (see [`TensorFs::check`]).
 struct Checked {
     moved: bool,
-    /// For a mirrored file that may use passthrough: the source open, if it holds this version.
+    /// The source open, if it still holds this version (and for a mirrored file, all of it).
     opened: Option<Arc<Opened>>,
     /// False where the backend did not answer in time.
     answered: bool,
@@ -422,6 +468,9 @@ impl Filesystem for TensorFs {
                 InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
             );
         }
+        // Lookups and listings work on immutable snapshots: the kernel need not serialise those
+        // of one directory (a lookup waiting on a slow source would hold up the others).
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         if self.tuning.passthrough {
             // Depth 1: backing files may not themselves be on a stacked filesystem.
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,11 @@ pub struct Handle {
     tx: Sender<Msg>,
     /// What the watching ended up as ([`Handle::mode`]).
     mode: Arc<AtomicU8>,
+    /// Set when a request gave up waiting for the refresh thread, cleared when the thread is back
+    /// at its loop: meanwhile requests do not wait at all, and one [`Msg::Ping`] at most is queued
+    /// to have it cleared.
+    stuck: Arc<AtomicBool>,
+    pinged: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -77,6 +82,8 @@ enum Msg {
     Revalidate(Ino, Sender<bool>),
     /// Read the directory again; answer once published.
     Rescan(Ino, Sender<bool>),
+    /// Nothing: wakes the thread, which then clears [`Handle::stuck`].
+    Ping,
 }
 
 const WATCHING_NONE: u8 = 0;
@@ -90,6 +97,8 @@ fn channel() -> (Handle, Receiver<Msg>) {
     let handle = Handle {
         tx,
         mode: Arc::new(AtomicU8::new(WATCHING_NONE)),
+        stuck: Arc::new(AtomicBool::new(false)),
+        pinged: Arc::new(AtomicBool::new(false)),
     };
     (handle, rx)
 }
@@ -113,9 +122,16 @@ impl Handle {
 
     /// Asks the refresh thread and waits for its answer, at most [`ASK_LIMIT`], and no longer
     /// than [`ASK_PATIENCE`] without progress: a request must not hang on a source that stopped
-    /// answering (the request then goes on with the tree as it is). No answer, or no refresh
-    /// thread, reads as "nothing changed".
+    /// answering (the request then goes on with the tree as it is). Once a request has given up,
+    /// the next ones neither ask nor wait until the thread answers again. No answer, or no
+    /// refresh thread, reads as "nothing changed".
     fn ask(&self, msg: impl FnOnce(Sender<bool>) -> Msg) -> bool {
+        if self.stuck.load(Ordering::Relaxed) {
+            if !self.pinged.swap(true, Ordering::Relaxed) {
+                let _ = self.tx.send(Msg::Ping);
+            }
+            return false;
+        }
         let (tx, rx) = mpsc::channel();
         if self.tx.send(msg(tx)).is_err() {
             return false;
@@ -130,6 +146,7 @@ impl Handle {
                     let now = crate::namespace::progress();
                     if now == seen {
                         debug!("the source has not answered for {ASK_PATIENCE:?}: not waiting");
+                        self.stuck.store(true, Ordering::Relaxed);
                         return false;
                     }
                     seen = now;
@@ -262,6 +279,8 @@ fn start(
         dirty: HashMap::new(),
         next_poll: Instant::now() + settings.interval,
         mode: handle.mode.clone(),
+        stuck: handle.stuck.clone(),
+        pinged: handle.pinged.clone(),
         warned_remote: false,
         warned_limit: false,
     };
@@ -293,6 +312,8 @@ struct Refresher {
     dirty: HashMap<Ino, (Instant, Instant)>,
     next_poll: Instant,
     mode: Arc<AtomicU8>,
+    stuck: Arc<AtomicBool>,
+    pinged: Arc<AtomicBool>,
     warned_remote: bool,
     warned_limit: bool,
 }
@@ -303,10 +324,13 @@ impl Refresher {
         let mut everything = true;
         loop {
             self.due_work(std::mem::take(&mut everything));
+            // Whatever it waited on has answered: requests may wait for this thread again.
+            self.stuck.store(false, Ordering::Relaxed);
             let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
             match rx.recv_timeout(timeout) {
                 Ok(Msg::Events(events)) => self.events(&events, &mut everything),
                 Ok(Msg::RescanAll) => everything = true,
+                Ok(Msg::Ping) => self.pinged.store(false, Ordering::Relaxed),
                 Ok(Msg::Revalidate(ino, done)) => {
                     let changed =
                         self.writer.may_have_changed(ino) && self.refresh(&[ino], "a lookup");

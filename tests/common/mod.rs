@@ -514,6 +514,16 @@ impl Map {
         Map::new(f, 0, f.metadata().unwrap().len() as usize).unwrap()
     }
 
+    /// Locks the mapped pages in memory (faulting them in): the kernel then keeps them cached, even
+    /// under the proactive reclaim of a shared VM.
+    pub fn lock(&self) -> io::Result<()> {
+        // SAFETY: `ptr..ptr + len` is this mapping; mlock only pins its pages.
+        match unsafe { libc::mlock(self.ptr, self.len) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
     /// A copy of the mapped bytes (touching every page).
     pub fn bytes(&self) -> Vec<u8> {
         // SAFETY: the mapping is `len` readable bytes for as long as `self` lives.
