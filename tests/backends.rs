@@ -4,12 +4,15 @@
 //! - a `squashfuse` process stopped with SIGSTOP, standing in for a stalled network store: the
 //!   mount must keep answering everything that does not need the stalled bytes;
 //! - `-o source_idle=SECS`: sources nobody uses are closed, so the backend can be unmounted;
-//! - more source files than the kernel allows mappings (`vm.max_map_count`).
+//! - more source files than the kernel allows mappings (`vm.max_map_count`);
+//! - an S3 bucket mounted by `s3fs`, served by a local S3 server (`s3rver`, from npm, on
+//!   127.0.0.1): every tensor, the temporary files s3fs keeps for open files, and a stalled server.
 //!
-//! Needs root, /dev/fuse and the commands `squashfuse`, `mksquashfs` (squashfs-tools), `bindfs` and
-//! `getfattr` (attr). Outside CI a missing one skips the test; with `CI` set it fails it. The tests
-//! of this file run one at a time, so that the stall test's limits are not spent waiting on another
-//! test's I/O.
+//! Needs root, /dev/fuse and the commands `squashfuse`, `mksquashfs` (squashfs-tools), `bindfs`,
+//! `s3fs` and `getfattr` (attr), and for the S3 tests `node` and the npm package s3rver
+//! ($TENSORMOUNT_S3RVER, else where .ci/run installs it, else `s3rver` on PATH). Outside CI a
+//! missing one skips the test; with `CI` set it fails it. The tests of this file run one at a time,
+//! so that the stall tests' limits are not spent waiting on another test's I/O.
 
 mod common;
 use common::*;
@@ -52,9 +55,9 @@ fn require(tools: &[&str]) -> bool {
     }
     assert!(
         !in_ci(),
-        "CI is set but {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr)"
+        "CI is set but {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr s3fs)"
     );
-    eprintln!("skipped: {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr)");
+    eprintln!("skipped: {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr s3fs)");
     false
 }
 
@@ -446,6 +449,128 @@ fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Output, Child> {
     Ok(child.wait_with_output().unwrap())
 }
 
+/// With the backend's process `stop` stopped (SIGSTOP), as a network store that stalls: readers
+/// of the tensors `readers` of the merged `model.tensors/` of `mnt` (never read before) wait on it,
+/// and meanwhile everything that does not need the stalled bytes answers within LIMIT each: a
+/// listing, a stat, the attributes, and the tensor `cached`, read before the stall. Once the backend
+/// resumes, every reader completes with the right bytes.
+fn check_stall(
+    model: &Model,
+    mnt: &Path,
+    daemon: &Daemon,
+    stop: i32,
+    readers: std::ops::Range<usize>,
+    cached: usize,
+) {
+    const LIMIT: Duration = Duration::from_secs(1);
+    let dir = mnt.join("model.tensors");
+    let path_of = |t: &Tensor| dir.join(escaped(&t.name));
+
+    let cached = &model.tensors[cached];
+    same("cached tensor", &read(&path_of(cached)), &cached.data);
+    // Pinned in the page cache: this machine's proactive reclaim evicts a few cached pages every
+    // second, and a page evicted would have to come from the stalled backend.
+    let pinned = Map::whole(&File::open(path_of(cached)).unwrap());
+    pinned.lock().unwrap();
+
+    let stopped = Stopped::new(stop);
+
+    // The readers of tensors never read before: they wait on the stopped backend.
+    let finished = Arc::new(AtomicUsize::new(0));
+    let (tx, results) = mpsc::channel();
+    for i in readers.clone() {
+        let (tx, finished, path) = (tx.clone(), finished.clone(), path_of(&model.tensors[i]));
+        std::thread::spawn(move || {
+            let r = fs::read(&path);
+            finished.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send((i, r));
+        });
+    }
+    drop(tx);
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Meanwhile everything that does not need the stalled bytes answers within LIMIT each.
+    let mut failures = Vec::new();
+    let mut stuck = Vec::new();
+    let tensor = path_of(&model.tensors[readers.start]);
+    let mut check = |what: &str, cmd: &mut Command, want: &[&str]| match run_limited(cmd, LIMIT) {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() {
+                failures.push(format!("{what}: {}: {}", out.status, stderr(&out)));
+            } else if let Some(w) = want.iter().find(|w| !text.contains(**w)) {
+                failures.push(format!("{what}: no {w:?} in its output:\n{text}"));
+            }
+        }
+        Err(child) => {
+            failures.push(format!("{what}: no answer within {LIMIT:?}"));
+            stuck.push(child);
+        }
+    };
+    let names: Vec<String> = model.tensors.iter().map(|t| escaped(&t.name)).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    check(
+        "ls -l model.tensors",
+        Command::new("ls").arg("-l").arg(&dir),
+        &names,
+    );
+    check(
+        "stat of a tensor",
+        Command::new("stat").arg(&tensor),
+        &["Size"],
+    );
+    check(
+        "getfattr -d of a tensor",
+        Command::new("getfattr").arg("-d").arg(&tensor),
+        &["user.safetensors.dtype"],
+    );
+    let (ctx, crx) = mpsc::channel();
+    let cached_path = path_of(cached);
+    let cached_reader = std::thread::spawn(move || {
+        let _ = ctx.send(fs::read(cached_path));
+    });
+    match crx.recv_timeout(LIMIT) {
+        Ok(Ok(b)) if b == cached.data => {}
+        Ok(Ok(b)) => failures.push(format!("cached tensor: {} wrong bytes", b.len())),
+        Ok(Err(e)) => failures.push(format!("cached tensor: {e}")),
+        Err(_) => failures.push(format!("cached tensor: not read within {LIMIT:?}")),
+    }
+    let done_while_stopped = finished.load(Ordering::SeqCst);
+
+    // Resume the backend: every reader then completes with the right bytes.
+    drop(stopped);
+    for mut child in stuck {
+        let _ = child.wait();
+    }
+    let _ = cached_reader.join();
+    let mut got = 0;
+    while let Ok((i, r)) = results.recv_timeout(Duration::from_secs(60)) {
+        got += 1;
+        match r {
+            Ok(b) if b == model.tensors[i].data => {}
+            Ok(b) => failures.push(format!("reader {i}: {} wrong bytes", b.len())),
+            Err(e) => failures.push(format!("reader {i}: {e}")),
+        }
+    }
+    if got != readers.len() {
+        failures.push(format!("{} readers never finished", readers.len() - got));
+    }
+    if done_while_stopped != 0 {
+        failures.push(format!(
+            "{done_while_stopped} readers finished while the backend was stopped: the stall did \
+             not happen, so this test proves nothing"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "with the backend stopped and {} readers waiting on it:\n{}\ndaemon log:\n{}",
+        readers.len(),
+        failures.join("\n"),
+        daemon.stderr()
+    );
+    drop(pinned);
+}
+
 // ------------------------------------------------------------------------------------ tests
 
 #[test]
@@ -560,7 +685,6 @@ fn a_stalled_backend_does_not_freeze_the_mount() {
         return;
     }
     const READERS: usize = 16;
-    const LIMIT: Duration = Duration::from_secs(1);
     let start = Instant::now();
     let tmp = TempDir::new("stall");
     // 17 tensors of 4 MiB in one file; the last one is read before the stall ("cached").
@@ -570,16 +694,6 @@ fn a_stalled_backend_does_not_freeze_the_mount() {
     fs::create_dir(&mnt).unwrap();
     let log = tmp.join("daemon.log");
     let (daemon, _) = Daemon::spawn(&backend.dir, &mnt, &[], &log, Duration::from_secs(30));
-    let dir = mnt.join("model.tensors");
-    let path_of = |t: &Tensor| dir.join(escaped(&t.name));
-
-    let cached = &model.tensors[READERS];
-    same("cached tensor", &read(&path_of(cached)), &cached.data);
-    // Pinned in the page cache: this machine's proactive reclaim evicts a few cached pages every
-    // second, and a page evicted would have to come from the stalled backend.
-    let pinned = Map::whole(&File::open(path_of(cached)).unwrap());
-    pinned.lock().unwrap();
-
     let pids = pids_of("squashfuse", &img);
     assert_eq!(
         pids.len(),
@@ -587,101 +701,7 @@ fn a_stalled_backend_does_not_freeze_the_mount() {
         "squashfuse processes of {}: {pids:?}",
         img.display()
     );
-    let stopped = Stopped::new(pids[0]);
-
-    // 16 readers of tensors never read before: they wait on the stopped backend.
-    let finished = Arc::new(AtomicUsize::new(0));
-    let (tx, results) = mpsc::channel();
-    for i in 0..READERS {
-        let (tx, finished, path) = (tx.clone(), finished.clone(), path_of(&model.tensors[i]));
-        std::thread::spawn(move || {
-            let r = fs::read(&path);
-            finished.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send((i, r));
-        });
-    }
-    drop(tx);
-    std::thread::sleep(Duration::from_millis(300));
-
-    // Meanwhile everything that does not need the stalled bytes answers within LIMIT each.
-    let mut failures = Vec::new();
-    let mut stuck = Vec::new();
-    let tensor = path_of(&model.tensors[0]);
-    let mut check = |what: &str, cmd: &mut Command, want: &[&str]| match run_limited(cmd, LIMIT) {
-        Ok(out) => {
-            let text = String::from_utf8_lossy(&out.stdout);
-            if !out.status.success() {
-                failures.push(format!("{what}: {}: {}", out.status, stderr(&out)));
-            } else if let Some(w) = want.iter().find(|w| !text.contains(**w)) {
-                failures.push(format!("{what}: no {w:?} in its output:\n{text}"));
-            }
-        }
-        Err(child) => {
-            failures.push(format!("{what}: no answer within {LIMIT:?}"));
-            stuck.push(child);
-        }
-    };
-    let names: Vec<String> = model.tensors.iter().map(|t| escaped(&t.name)).collect();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    check(
-        "ls -l model.tensors",
-        Command::new("ls").arg("-l").arg(&dir),
-        &names,
-    );
-    check(
-        "stat of a tensor",
-        Command::new("stat").arg(&tensor),
-        &["Size"],
-    );
-    check(
-        "getfattr -d of a tensor",
-        Command::new("getfattr").arg("-d").arg(&tensor),
-        &["user.safetensors.dtype"],
-    );
-    let (ctx, crx) = mpsc::channel();
-    let cached_path = path_of(cached);
-    let cached_reader = std::thread::spawn(move || {
-        let _ = ctx.send(fs::read(cached_path));
-    });
-    match crx.recv_timeout(LIMIT) {
-        Ok(Ok(b)) if b == cached.data => {}
-        Ok(Ok(b)) => failures.push(format!("cached tensor: {} wrong bytes", b.len())),
-        Ok(Err(e)) => failures.push(format!("cached tensor: {e}")),
-        Err(_) => failures.push(format!("cached tensor: not read within {LIMIT:?}")),
-    }
-    let done_while_stopped = finished.load(Ordering::SeqCst);
-
-    // Resume the backend: every reader then completes with the right bytes.
-    drop(stopped);
-    for mut child in stuck {
-        let _ = child.wait();
-    }
-    let _ = cached_reader.join();
-    let mut got = 0;
-    while let Ok((i, r)) = results.recv_timeout(Duration::from_secs(60)) {
-        got += 1;
-        match r {
-            Ok(b) if b == model.tensors[i].data => {}
-            Ok(b) => failures.push(format!("reader {i}: {} wrong bytes", b.len())),
-            Err(e) => failures.push(format!("reader {i}: {e}")),
-        }
-    }
-    if got != READERS {
-        failures.push(format!("{} readers never finished", READERS - got));
-    }
-    if done_while_stopped != 0 {
-        failures.push(format!(
-            "{done_while_stopped} readers finished while the backend was stopped: the stall did \
-             not happen, so this test proves nothing"
-        ));
-    }
-    assert!(
-        failures.is_empty(),
-        "with the backend stopped and {READERS} readers waiting on it:\n{}\ndaemon log:\n{}",
-        failures.join("\n"),
-        daemon.stderr()
-    );
-    drop(pinned);
+    check_stall(&model, &mnt, &daemon, pids[0], 0..READERS, READERS);
     drop(daemon);
     drop(backend);
     eprintln!("stalled backend: checked in {:?}", start.elapsed());
@@ -911,6 +931,348 @@ fn more_files_than_max_map_count() {
     eprintln!(
         "{n} files (max_map_count {max_map_count}): written in {written:?}, mounted in \
          {mounted:?}, every tensor read in {read_took:?}; at most {most} mappings; total {:?}",
+        start.elapsed()
+    );
+}
+
+// ------------------------------------------------------------------------------------ S3
+
+/// Where .ci/run installs s3rver (keep in step with it).
+const S3RVER_INSTALLED: &str = "/opt/tensormount/s3rver-3.7.1/node_modules/.bin/s3rver";
+
+/// The bucket of the S3 tests, and s3rver's built-in credentials.
+const BUCKET: &str = "models";
+const S3_CREDENTIALS: &str = "S3RVER:S3RVER";
+
+/// The s3rver command: $TENSORMOUNT_S3RVER, else where .ci/run installs it, else `s3rver` on PATH.
+fn s3rver_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TENSORMOUNT_S3RVER") {
+        return Some(PathBuf::from(p));
+    }
+    if Path::new(S3RVER_INSTALLED).is_file() {
+        return Some(S3RVER_INSTALLED.into());
+    }
+    on_path("s3rver").then(|| "s3rver".into())
+}
+
+/// As [`require`], for the S3 tests: also `s3fs`, `node` and s3rver, whose command it returns.
+fn require_s3() -> Option<PathBuf> {
+    if !require(&["s3fs", "node", "getfattr"]) {
+        return None;
+    }
+    let bin = s3rver_bin();
+    if bin.is_none() {
+        assert!(
+            !in_ci(),
+            "CI is set but s3rver was not found (set TENSORMOUNT_S3RVER; .ci/run installs it)"
+        );
+        eprintln!(
+            "skipped: s3rver not found (npm install s3rver@3.7.1, then set TENSORMOUNT_S3RVER to \
+             its node_modules/.bin/s3rver)"
+        );
+    }
+    bin
+}
+
+/// A local S3 server (s3rver, serving a directory) on 127.0.0.1 and a port of the kernel's
+/// choosing, with one bucket; killed on drop.
+struct S3Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl S3Server {
+    fn start(bin: &Path, tmp: &TempDir) -> S3Server {
+        let data = tmp.join("s3data");
+        fs::create_dir_all(&data).unwrap();
+        let log = tmp.join("s3rver.log");
+        let out = File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .arg("-d")
+            .arg(&data)
+            .args(["-a", "127.0.0.1", "-p", "0", "--configure-bucket", BUCKET])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+        let mut server = S3Server {
+            child,
+            port: 0,
+            log,
+        };
+        wait_for("s3rver to listen", || {
+            if let Some(st) = server.child.try_wait().unwrap() {
+                panic!("s3rver exited ({st}):\n{}", server.log());
+            }
+            let text = server.log();
+            let port = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("S3rver listening on 127.0.0.1:"))
+                .and_then(|p| p.trim().parse().ok());
+            server.port = port.unwrap_or(0);
+            port.is_some()
+        });
+        server
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bucket of `server` mounted by s3fs at `dir`, with its temporary files in `tmpdir`; `opts` are
+/// more s3fs options (comma-separated, or empty).
+fn s3fs(server: &S3Server, tmp: &TempDir, dir: &Path, tmpdir: &Path, opts: &str) -> Backend {
+    use std::os::unix::fs::PermissionsExt;
+    let passwd = tmp.join("s3fs.passwd");
+    fs::write(&passwd, format!("{S3_CREDENTIALS}\n")).unwrap();
+    // s3fs refuses a password file others can read.
+    fs::set_permissions(&passwd, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::create_dir_all(tmpdir).unwrap();
+    let mut o = format!(
+        "url=http://127.0.0.1:{},use_path_request_style,passwd_file={},tmpdir={}",
+        server.port,
+        s(&passwd),
+        s(tmpdir)
+    );
+    if !opts.is_empty() {
+        o = format!("{o},{opts}");
+    }
+    Backend::mount(
+        Command::new("s3fs").arg(BUCKET).arg(dir).arg("-o").arg(o),
+        dir,
+    )
+}
+
+/// Uploads every file of `model` to the bucket, through its s3fs mount `dir`.
+fn upload(model: &Model, dir: &Path) {
+    for f in &model.files {
+        fs::copy(model.dir.join(f), dir.join(f))
+            .unwrap_or_else(|e| panic!("upload of {f} through s3fs: {e}"));
+    }
+    assert_eq!(
+        listing(dir),
+        model.files.iter().cloned().collect::<BTreeSet<_>>(),
+        "the bucket after the upload"
+    );
+}
+
+/// The one s3fs process mounted at `dir`.
+fn s3fs_pid(dir: &Path) -> i32 {
+    let pids = pids_of("s3fs", dir);
+    assert_eq!(
+        pids.len(),
+        1,
+        "s3fs processes of {}: {pids:?}",
+        dir.display()
+    );
+    pids[0]
+}
+
+/// The deleted temporary files in `tmpdir` that `pid` (s3fs) still holds: s3fs keeps the bytes
+/// of every file open through it in one, until the file is released.
+fn temporary_files_held(pid: i32, tmpdir: &Path) -> Vec<String> {
+    let prefix = format!("{}/", tmpdir.display());
+    let mut held = deleted_files_held(pid);
+    held.retain(|p| p.starts_with(&prefix));
+    held
+}
+
+#[test]
+fn s3_backend_serves_every_tensor() {
+    let _serial = serial();
+    let Some(s3rver) = require_s3() else {
+        return;
+    };
+    let start = Instant::now();
+    let tmp = TempDir::new("s3");
+    let model = small_model(&tmp.join("model"));
+    let server = S3Server::start(&s3rver, &tmp);
+    let started = start.elapsed();
+    let backend = s3fs(
+        &server,
+        &tmp,
+        &tmp.join("backend"),
+        &tmp.join("s3fs.tmp"),
+        "",
+    );
+    upload(&model, &backend.dir);
+    let uploaded = start.elapsed();
+
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let _show = ShowOnPanic(log.clone());
+    let (daemon, _) = Daemon::spawn(&backend.dir, &mnt, &[], &log, Duration::from_secs(30));
+    let n = check_tree(&mnt, &backend.dir, &model);
+    assert_eq!(n, 12 + 12 + 5);
+
+    // The official reader, through the mount, when there is one (optional here).
+    if let Some(py) = python() {
+        let out = oracle(
+            &py,
+            &["compare", s(&model.dir), s(&mnt.join("model.tensors"))],
+        );
+        assert!(out.starts_with("ok 12 "), "{out}");
+        let from_mount = oracle(&py, &["load-all", s(&mnt)]);
+        let from_source = oracle(&py, &["load-all", s(&model.dir)]);
+        assert_eq!(from_mount, from_source);
+        eprintln!("the official reader agrees through the mount");
+    }
+    drop(daemon);
+    drop(backend);
+    drop(server);
+    eprintln!(
+        "s3 backend: server up in {started:?}, model uploaded by {uploaded:?}, {n} files checked; \
+         total {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn s3fs_temporary_files_are_released_when_sources_go_idle() {
+    let _serial = serial();
+    let Some(s3rver) = require_s3() else {
+        return;
+    };
+    let start = Instant::now();
+    let tmp = TempDir::new("s3idle");
+    let model = small_model(&tmp.join("model"));
+    let server = S3Server::start(&s3rver, &tmp);
+    let tmpdir = tmp.join("s3fs.tmp");
+    let backend = s3fs(&server, &tmp, &tmp.join("backend"), &tmpdir, "");
+    upload(&model, &backend.dir);
+    let pid = s3fs_pid(&backend.dir);
+    let before = temporary_files_held(pid, &tmpdir);
+    assert!(
+        before.is_empty(),
+        "s3fs holds temporary files once the upload is done: {before:#?}"
+    );
+
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let _show = ShowOnPanic(log.clone());
+    let opts = ["-o", "source_idle=2"];
+    let (mut daemon, _) = Daemon::spawn(&backend.dir, &mnt, &opts, &log, Duration::from_secs(30));
+    check_tree(&mnt, &backend.dir, &model);
+    let during = temporary_files_held(pid, &tmpdir);
+    eprintln!(
+        "right after the reads: s3fs holds {during:#?}, the daemon holds {:#?}",
+        held_in(daemon.pid(), &backend.dir)
+    );
+    // The sources read last are still open (for 2 s), so s3fs holds their bytes: otherwise this
+    // test would prove nothing.
+    assert!(
+        !during.is_empty(),
+        "s3fs held no temporary file right after the reads: it no longer keeps the bytes of open \
+         files in them, and this test proves nothing"
+    );
+
+    // Once the sources are idle, the daemon lets go of them, and so s3fs of their bytes.
+    let took = wait_released(daemon.pid(), &backend.dir, Duration::from_secs(10));
+    let released = Instant::now();
+    loop {
+        let held = temporary_files_held(pid, &tmpdir);
+        if held.is_empty() {
+            break;
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(5),
+            "the daemon let go of its sources {took:?} after the last read (source_idle=2), but \
+             5 s later s3fs still holds these temporary files: {held:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "sources released {took:?} after the last read (source_idle=2), s3fs's temporary files \
+         {:?} later",
+        released.elapsed()
+    );
+
+    // So the bucket is not busy: it unmounts while tensormount stays mounted on it.
+    let out = Command::new("umount").arg(&backend.dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount of s3fs under an idle tensormount: {}",
+        stderr(&out)
+    );
+    assert!(!is_mounted(&backend.dir));
+    match run_limited(Command::new("ls").arg(&mnt), Duration::from_secs(10)) {
+        Ok(out) => assert!(
+            out.status.success(),
+            "ls of the mount once its bucket is unmounted: {}",
+            stderr(&out)
+        ),
+        Err(mut child) => {
+            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+            let _ = child.wait();
+            panic!("ls of the mount once its bucket is unmounted: no answer within 10 s");
+        }
+    }
+    assert!(daemon.running(), "daemon died: {}", daemon.stderr());
+    drop(daemon);
+    drop(backend);
+    drop(server);
+    eprintln!("s3fs temporary files: checked in {:?}", start.elapsed());
+}
+
+#[test]
+fn a_stalled_s3_server_does_not_freeze_the_mount() {
+    let _serial = serial();
+    let Some(s3rver) = require_s3() else {
+        return;
+    };
+    const READERS: usize = 16;
+    let start = Instant::now();
+    let tmp = TempDir::new("s3stall");
+    // s3fs reads ahead (multipart_size x parallel_count, 50 MB by default, here 5 MB) from every
+    // read it makes, and keeps those bytes while the file is open: the mount's read of the header
+    // brings in the first 5 MB, so the first tensor (6 MiB) keeps them from the readers' tensors
+    // (1 MiB each). The last one, read before the stall, is at the end of the file.
+    let model = write_model(&tmp.join("model"), 1, READERS + 2, |i| {
+        if i == 0 { 6 << 20 } else { 1 << 20 }
+    });
+    let server = S3Server::start(&s3rver, &tmp);
+    let backend = s3fs(
+        &server,
+        &tmp,
+        &tmp.join("backend"),
+        &tmp.join("s3fs.tmp"),
+        "multipart_size=5,parallel_count=1",
+    );
+    upload(&model, &backend.dir);
+    let uploaded = start.elapsed();
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let (daemon, _) = Daemon::spawn(&backend.dir, &mnt, &[], &log, Duration::from_secs(30));
+    check_stall(
+        &model,
+        &mnt,
+        &daemon,
+        server.pid(),
+        1..READERS + 1,
+        READERS + 1,
+    );
+    drop(daemon);
+    drop(backend);
+    drop(server);
+    eprintln!(
+        "stalled S3 server: model uploaded by {uploaded:?}, checked in {:?}",
         start.elapsed()
     );
 }

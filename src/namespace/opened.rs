@@ -6,12 +6,13 @@
 //! [`start_closer`]'s thread), or sooner, oldest first, when more than [`cap`] sources are open.
 //! A source is never closed while a read uses it or while a client of the mount holds one of its
 //! files open. So a mount of any number of files needs neither a raised `vm.max_map_count` nor
-//! more descriptors, and a backend such as `s3fs` gets its files closed.
+//! more descriptors, and a backend such as `s3fs` gets its files closed. It also keeps the pages a
+//! mapping has served from piling up in the daemon's address space (see [`served`]).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,8 @@ const MAX_OPEN: usize = 4096;
 pub struct Opened {
     pub file: File,
     map: OnceLock<Option<Mmap>>,
+    /// Bytes sent from the mapping since its pages were last dropped (see [`served`]).
+    served: AtomicU64,
 }
 
 impl Opened {
@@ -35,6 +38,7 @@ impl Opened {
         Opened {
             file,
             map: OnceLock::new(),
+            served: AtomicU64::new(0),
         }
     }
 
@@ -101,28 +105,52 @@ pub fn resident(map: &Mmap, start: u64, len: u64) -> bool {
     rc == 0 && vec[..pages].iter().all(|b| b & 1 == 1)
 }
 
-/// Drops the pages holding the `len` bytes at `start` from the daemon's address space once a reply
-/// has been sent from them. The page cache keeps them; a reply still copying from them (another
-/// thread's) faults them in again. Without this, every byte served would stay mapped, and
-/// counted, in the daemon.
-pub fn release(map: &Mmap, start: u64, len: u64) {
-    // A fault maps more than its page: the pages around it (`fault_around_bytes`, 64 KiB), or a
-    // whole large folio of the page cache (up to a PMD, 2 MiB). Those are dropped too.
-    const AROUND: u64 = 2 << 20;
-    let end = start
-        .saturating_add(len)
-        .next_multiple_of(AROUND)
-        .min(map.len() as u64) as usize;
-    let start = ((start / AROUND * AROUND) as usize).min(end);
-    if end == start {
-        return;
+/// Counts `len` bytes sent from `opened`'s mapping. The kernel's copy of a reply maps the pages it
+/// reads into the daemon, with the pages around them (fault-around, or a whole large folio of the
+/// page cache). Once [`DROP_AFTER`] bytes have been sent in all, every mapping that sent some has
+/// its pages dropped from the daemon's address space (`MADV_DONTNEED`: the page cache keeps them;
+/// a reply still copying from them maps them again); the closer thread does the same each tick.
+/// So the daemon's resident memory does not grow with what it serves. Dropping whole mappings now
+/// and then, rather than each reply's pages, lets a sequential reader's next request find the
+/// pages the previous one mapped.
+pub fn served(opened: &Opened, len: u64) {
+    opened.served.fetch_add(len, Ordering::Relaxed);
+    let total = SERVED.fetch_add(len, Ordering::Relaxed) + len;
+    if total >= DROP_AFTER && SERVED.swap(0, Ordering::Relaxed) > 0 {
+        drop_served();
     }
-    // SAFETY: the range lies within the mapping (memmap2 widens it to page boundaries).
-    // MADV_DONTNEED on a read-only file mapping that is never written only unmaps pages: the next
-    // access maps the file's bytes again, so nothing the daemon relies on changes.
-    let _ = unsafe {
-        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+}
+
+/// Bytes sent from all mappings since their pages were last dropped.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// See [`served`].
+const DROP_AFTER: u64 = 8 << 20;
+
+/// Drops from the daemon's address space the pages of every mapping that has sent bytes since
+/// this was last done.
+fn drop_served() {
+    let sources: Vec<Arc<Source>> = {
+        let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.iter()
+            .flat_map(|set| set.values())
+            .filter_map(Weak::upgrade)
+            .collect()
     };
+    for source in sources {
+        let Some(opened) = source.current() else {
+            continue;
+        };
+        if opened.served.swap(0, Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if let Some(map) = opened.mapped() {
+            // SAFETY: MADV_DONTNEED on a read-only file mapping that is never written only unmaps
+            // pages: the next access maps the file's bytes again, so nothing the daemon relies on
+            // changes, and no reference into the mapping is invalidated.
+            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
 }
 
 /// The page-aligned range of a mapping of `map_len` bytes that covers `len` bytes at `start`.
@@ -244,6 +272,7 @@ pub fn start_closer(idle: Duration) -> io::Result<()> {
         .spawn(move || {
             loop {
                 std::thread::sleep(tick);
+                drop_served();
                 let started = Instant::now();
                 let before = closed();
                 let left = sweep(idle);

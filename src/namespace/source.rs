@@ -263,6 +263,11 @@ impl Source {
         }
     }
 
+    /// Its descriptor and mapping if it is open now and not being opened.
+    pub(super) fn current(&self) -> Option<Arc<Opened>> {
+        self.open.try_lock().ok()?.clone()
+    }
+
     /// When it was last used, in milliseconds of [`now_ms`].
     pub(super) fn last_used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
@@ -317,7 +322,7 @@ impl Source {
 
     /// Sends `head` followed by the `len` bytes at `start` through `send`, once checked against
     /// changes. Without a head, the bytes go to `send` as a slice of the mapping, which the daemon
-    /// never reads itself, and their pages leave its address space once sent. With a head, or
+    /// never reads itself (their pages leave its address space later: see [`opened::served`]). With a head, or
     /// where the file cannot be mapped, they are read with `pread`: a file cut short is then an
     /// error, never a short reply.
     pub fn send(
@@ -337,7 +342,7 @@ impl Source {
             let from = (start as usize).min(map.len());
             let to = (start + len).min(map.len() as u64) as usize;
             send(&map[from..to]);
-            opened::release(map, start, len);
+            opened::served(&opened, len);
             return Ok(());
         }
         let mut buf = Vec::with_capacity(head.len() + len as usize);
