@@ -369,9 +369,12 @@ impl Source {
     /// The file at the path it was found at, if it is still this version.
     fn reopen(&self) -> Result<File, String> {
         let file = open_regular(&self.entry).map_err(|e| format!("cannot reopen: {e}"))?;
-        let now = file.metadata().map_err(|e| e.to_string())?;
-        if !Version::of(&now).same_bytes(&self.version) {
-            return Err("changed since it was found".into());
+        let now = Version::of(&file.metadata().map_err(|e| e.to_string())?);
+        if now.id != self.version.id {
+            return Err("replaced since it was found".into());
+        }
+        if !now.same_bytes(&self.version) {
+            return Err("changed in place since it was found (truncated or rewritten)".into());
         }
         Ok(file)
     }

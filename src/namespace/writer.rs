@@ -173,6 +173,10 @@ impl Writer {
         w.records.insert(ROOT, record);
         let (snapshot, _) = w.finish(c, &empty);
         w.mounting = false;
+        // The files were opened to read their headers; nothing reads them yet. Closed now, they
+        // cost a backend nothing until they are read (s3fs, for one, keeps what it fetched of an
+        // open file in a temporary file).
+        super::opened::sweep(Duration::ZERO);
         // Headers are parsed into short-lived maps; hand that memory back to the system rather
         // than keep it in the allocator for the life of the mount.
         // SAFETY: malloc_trim only releases free heap memory; it has no preconditions.
