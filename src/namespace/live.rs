@@ -3,8 +3,8 @@
 //!
 //! The kernel holds an inode from the LOOKUP or READDIRPLUS reply that names it until it sends
 //! FORGET for as many lookups. An inode that leaves the tree (removed, or replaced by a new
-//! version) while the kernel holds it stays served, with its old bytes, until then; its source's
-//! descriptor and mapping are released after that.
+//! version) while the kernel holds it stays known until then: handles open on it keep reading its
+//! old bytes (they keep its source open), and a new open of it is refused as stale.
 //!
 //! Lock order: `refs`, then `current`. Nothing here waits on anything else while holding either.
 

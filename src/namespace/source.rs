@@ -16,7 +16,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Instant;
 
 use log::warn;
@@ -93,7 +93,7 @@ pub struct Source {
     /// and checks of it wait a bounded time.
     pub remote: bool,
     /// Its descriptor and mapping while open.
-    open: Mutex<Option<Arc<Opened>>>,
+    open: RwLock<Option<Arc<Opened>>>,
     /// When it was last used, in milliseconds of [`now_ms`].
     used: AtomicU64,
     /// Handles on its files that clients of the mount hold open (see [`Hold`]).
@@ -123,7 +123,7 @@ impl Source {
             version: Version::of(&opened),
             meta: opened,
             remote: is_remote(&file),
-            open: Mutex::new(Some(Arc::new(Opened::new(file)))),
+            open: RwLock::new(Some(Arc::new(Opened::new(file)))),
             used: AtomicU64::new(now_ms()),
             holds: AtomicUsize::new(0),
             unmappable: AtomicBool::new(false),
@@ -224,8 +224,11 @@ impl Source {
     /// Its descriptor and mapping: the ones open, or the file opened again now, if it still holds
     /// this version (else [`ReadError::SourceChanged`]).
     pub fn opened(self: &Arc<Self>) -> Result<Arc<Opened>, ReadError> {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         self.used.store(now_ms(), Ordering::Relaxed);
+        if let Some(o) = &*self.open.read().unwrap_or_else(PoisonError::into_inner) {
+            return Ok(o.clone());
+        }
+        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(o) = &*open {
             return Ok(o.clone());
         }
@@ -248,7 +251,7 @@ impl Source {
     /// Drops its descriptor and mapping if nothing uses them: no read in flight, no handle held.
     /// True if it holds none now.
     pub(super) fn close_if_unused(&self) -> bool {
-        let Ok(mut open) = self.open.try_lock() else {
+        let Ok(mut open) = self.open.try_write() else {
             return false;
         };
         if self.holds.load(Ordering::Relaxed) > 0 {
@@ -265,7 +268,7 @@ impl Source {
 
     /// Its descriptor and mapping if it is open now and not being opened.
     pub(super) fn current(&self) -> Option<Arc<Opened>> {
-        self.open.try_lock().ok()?.clone()
+        self.open.try_read().ok()?.clone()
     }
 
     /// When it was last used, in milliseconds of [`now_ms`].
@@ -311,7 +314,7 @@ impl Source {
         if self.remote {
             return false;
         }
-        let Ok(open) = self.open.try_lock() else {
+        let Ok(open) = self.open.try_read() else {
             return false;
         };
         match open.as_ref().and_then(|o| o.mapped()) {
@@ -358,7 +361,7 @@ impl Source {
 
     /// The open descriptor, or the file opened again for this one use.
     fn file_for_read(&self) -> Result<FileRef, String> {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(o) = &*open {
             return Ok(FileRef::Open(o.clone()));
         }
