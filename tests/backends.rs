@@ -707,6 +707,30 @@ fn a_stalled_backend_does_not_freeze_the_mount() {
     eprintln!("stalled backend: checked in {:?}", start.elapsed());
 }
 
+/// Unmounts the backend at `backend` while tensormount stays mounted on it at `mnt`: the backend is
+/// not busy once the sources are idle. The mount must still answer `ls` afterwards.
+fn unmount_under_idle_mount(backend: &Path, mnt: &Path) {
+    let out = Command::new("umount").arg(backend).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount of the backend under an idle tensormount: {}",
+        stderr(&out)
+    );
+    assert!(!is_mounted(backend));
+    match run_limited(Command::new("ls").arg(mnt), Duration::from_secs(10)) {
+        Ok(out) => assert!(
+            out.status.success(),
+            "ls of the mount once its backend is gone: {}",
+            stderr(&out)
+        ),
+        Err(mut child) => {
+            let _ = Command::new("umount").arg("-l").arg(mnt).status();
+            let _ = child.wait();
+            panic!("ls of the mount once its backend is gone: no answer within 10 s");
+        }
+    }
+}
+
 #[test]
 fn idle_sources_are_closed_and_the_backend_can_unmount() {
     let _serial = serial();
@@ -730,26 +754,7 @@ fn idle_sources_are_closed_and_the_backend_can_unmount() {
 
     let took = wait_released(daemon.pid(), &backend.dir, Duration::from_secs(10));
     eprintln!("sources released {took:?} after the last read (source_idle=2)");
-    // So the backend is not busy: it unmounts while tensormount stays mounted on it.
-    let out = Command::new("umount").arg(&backend.dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "umount of the backend under an idle tensormount: {}",
-        stderr(&out)
-    );
-    assert!(!is_mounted(&backend.dir));
-    match run_limited(Command::new("ls").arg(&mnt), Duration::from_secs(10)) {
-        Ok(out) => assert!(
-            out.status.success(),
-            "ls of the mount once its backend is gone: {}",
-            stderr(&out)
-        ),
-        Err(mut child) => {
-            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
-            let _ = child.wait();
-            panic!("ls of the mount once its backend is gone: no answer within 10 s");
-        }
-    }
+    unmount_under_idle_mount(&backend.dir, &mnt);
     assert!(daemon.running(), "daemon died: {}", daemon.stderr());
     drop(daemon);
     eprintln!("idle sources: checked in {:?}", start.elapsed());
@@ -1203,26 +1208,7 @@ fn s3fs_temporary_files_are_released_when_sources_go_idle() {
         released.elapsed()
     );
 
-    // So the bucket is not busy: it unmounts while tensormount stays mounted on it.
-    let out = Command::new("umount").arg(&backend.dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "umount of s3fs under an idle tensormount: {}",
-        stderr(&out)
-    );
-    assert!(!is_mounted(&backend.dir));
-    match run_limited(Command::new("ls").arg(&mnt), Duration::from_secs(10)) {
-        Ok(out) => assert!(
-            out.status.success(),
-            "ls of the mount once its bucket is unmounted: {}",
-            stderr(&out)
-        ),
-        Err(mut child) => {
-            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
-            let _ = child.wait();
-            panic!("ls of the mount once its bucket is unmounted: no answer within 10 s");
-        }
-    }
+    unmount_under_idle_mount(&backend.dir, &mnt);
     assert!(daemon.running(), "daemon died: {}", daemon.stderr());
     drop(daemon);
     drop(backend);
