@@ -3,8 +3,8 @@
 //! to look again where a request finds the tree out of date, and counts the lookups the kernel
 //! holds. Nothing here decides what the tree holds.
 
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -117,8 +117,6 @@ pub struct TensorFs {
     backing: Mutex<HashMap<Ino, (usize, Option<BackingId>)>>,
     /// Serves reads that may wait on storage, and checks of sources that may stall.
     pool: Pool,
-    /// Devices with a check that did not answer within [`CHECK_WAIT`] and is still waiting.
-    stalled: Arc<Mutex<HashSet<u64>>>,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
     passthrough_ok: AtomicBool,
     /// The snapshot each open directory lists, so that a listing never skips or repeats an entry
@@ -136,7 +134,6 @@ impl TensorFs {
             handles: Mutex::new(HashMap::new()),
             backing: Mutex::new(HashMap::new()),
             pool: Pool::new(READ_THREADS, READ_QUEUE),
-            stalled: Arc::default(),
             passthrough_ok: AtomicBool::new(tuning.passthrough),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -216,50 +213,21 @@ impl TensorFs {
         if !source.remote {
             return work();
         }
-        let unchecked = Checked {
-            moved: false,
-            opened: None,
-            answered: false,
-        };
         // While a check on this device has not answered, the next opens do not wait at all.
         let dev = source.version.id.dev;
-        if self.lock_stalled().contains(&dev) {
-            return unchecked;
-        }
-        let late = Arc::new(Mutex::new(Late::default()));
-        let job = {
-            let (late, stalled) = (late.clone(), self.stalled.clone());
-            move || {
-                let checked = work();
-                let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
-                late.done = true;
-                if late.given_up {
-                    stalled
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(&dev);
+        self.pool
+            .within_unless_stalled(dev, CHECK_WAIT, work)
+            .unwrap_or_else(|| {
+                debug!(
+                    "{}: its device did not answer within {CHECK_WAIT:?}: opened unchecked",
+                    source.path.display()
+                );
+                Checked {
+                    moved: false,
+                    opened: None,
+                    answered: false,
                 }
-                checked
-            }
-        };
-        if let Some(checked) = self.pool.within(CHECK_WAIT, job) {
-            return checked;
-        }
-        let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
-        if !late.done {
-            late.given_up = true;
-            self.lock_stalled().insert(dev);
-            debug!(
-                "{}: no answer in {CHECK_WAIT:?}; opens on its device answered unchecked until it \
-                 answers",
-                source.path.display()
-            );
-        }
-        unchecked
-    }
-
-    fn lock_stalled(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
-        self.stalled.lock().unwrap_or_else(PoisonError::into_inner)
+            })
     }
 
     /// Opens a file with a handle that keeps its source open. The kernel wants every open of one
@@ -375,13 +343,6 @@ impl TensorFs {
         };
         Some(value.into_bytes())
     }
-}
-
-/// Whether a check given up on has finished since.
-#[derive(Default)]
-struct Late {
-    done: bool,
-    given_up: bool,
 }
 
 /// What an open found out from the backend (see [`TensorFs::check`]).

@@ -5,7 +5,7 @@
 //! beyond what they can take waits in a queue of bounded length, and is refused past it. Every job
 //! ends by itself once its backend call returns, so a slot is never held longer than that call.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -20,6 +20,16 @@ type Job = Box<dyn FnOnce(bool) + Send>;
 #[derive(Clone)]
 pub struct Pool {
     inner: Arc<Inner>,
+    /// Keys (devices) with a call of [`Pool::within_unless_stalled`] that did not answer in time
+    /// and has not returned yet.
+    stalled: Arc<Mutex<HashSet<u64>>>,
+}
+
+/// Whether a call given up on has returned since.
+#[derive(Default)]
+struct Late {
+    done: bool,
+    given_up: bool,
 }
 
 struct Inner {
@@ -48,6 +58,7 @@ impl Pool {
                 max_queue,
                 full: AtomicBool::new(false),
             }),
+            stalled: Arc::default(),
         }
     }
 
@@ -74,6 +85,48 @@ impl Pool {
         };
         self.push(Box::new(job), true).ok()?;
         rx.recv_timeout(limit).ok()
+    }
+
+    /// [`Pool::within`], except that once a call for `key` (a device) has not answered in time,
+    /// the next calls for that key return `None` at once, without running, until it returns.
+    pub fn within_unless_stalled<T: Send + 'static>(
+        &self,
+        key: u64,
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        if self.lock_stalled().contains(&key) {
+            return None;
+        }
+        let late = Arc::new(Mutex::new(Late::default()));
+        let job = {
+            let (late, stalled) = (late.clone(), self.stalled.clone());
+            move || {
+                let out = f();
+                let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
+                late.done = true;
+                if late.given_up {
+                    stalled
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&key);
+                }
+                out
+            }
+        };
+        let out = self.within(limit, job);
+        if out.is_none() {
+            let mut late = late.lock().unwrap_or_else(PoisonError::into_inner);
+            if !late.done {
+                late.given_up = true;
+                self.lock_stalled().insert(key);
+            }
+        }
+        out
+    }
+
+    fn lock_stalled(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.stalled.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn push(&self, job: Job, first: bool) -> Result<(), Job> {
@@ -202,5 +255,35 @@ mod tests {
         until("every queued job ran", &|| done.load(Ordering::SeqCst) == 5);
         // Once the threads are free, a check answers.
         assert_eq!(pool.within(Duration::from_secs(10), || 7), Some(7));
+    }
+
+    #[test]
+    fn a_key_whose_call_stalled_is_not_waited_on_until_it_returns() {
+        let pool = Pool::new(4, 16);
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let limit = Duration::from_millis(100);
+        // Key 1's call stalls: it is given up on after the limit.
+        let t = Instant::now();
+        let stalled = pool.within_unless_stalled(1, limit, move || release_rx.recv().is_ok());
+        assert_eq!(stalled, None);
+        assert!(t.elapsed() >= limit);
+        // Meanwhile key 1 is not waited on at all; key 2 is.
+        let t = Instant::now();
+        assert_eq!(pool.within_unless_stalled(1, limit, || 1), None);
+        assert!(t.elapsed() < limit, "{:?}", t.elapsed());
+        assert_eq!(pool.within_unless_stalled(2, limit, || 2), Some(2));
+        // Once the stalled call returns, key 1 answers again.
+        release_tx.send(()).unwrap();
+        let t = Instant::now();
+        loop {
+            if pool.within_unless_stalled(1, limit, || 1) == Some(1) {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "key 1 stayed stalled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
