@@ -175,7 +175,7 @@ fn page_size() -> usize {
 /// The sources that may hold a descriptor, by address.
 static OPEN: Mutex<Option<HashMap<usize, Weak<Source>>>> = Mutex::new(None);
 
-/// Counts the sources closed, for the logs and tests.
+/// Counts the sources closed, for the closer's log.
 static CLOSED: AtomicUsize = AtomicUsize::new(0);
 
 /// Records that `source` now holds a descriptor; past the cap, closes the least recently used
@@ -229,7 +229,7 @@ pub fn sweep(idle: Duration) -> usize {
 }
 
 /// How many sources have been closed so far.
-pub fn closed() -> usize {
+fn closed() -> usize {
     CLOSED.load(Ordering::Relaxed)
 }
 

@@ -387,12 +387,6 @@ impl Source {
 #[derive(Debug)]
 pub struct Hold(Arc<Source>);
 
-impl Hold {
-    pub fn source(&self) -> &Arc<Source> {
-        &self.0
-    }
-}
-
 impl Drop for Hold {
     fn drop(&mut self) {
         self.0.used.store(now_ms(), Ordering::Relaxed);
