@@ -354,9 +354,11 @@ struct Checked {
     answered: bool,
 }
 
-/// Sends a read of a source's bytes (see [`Source::send`]) as the reply, or the error.
+/// Sends a read of a source's bytes (see [`Source::send`]) as the reply, or the error: through
+/// `opened` if given, else through the source opened now.
 fn serve(
     source: &Arc<Source>,
+    opened: Option<&Opened>,
     head: &[u8],
     start: u64,
     len: u64,
@@ -364,11 +366,15 @@ fn serve(
     changed: Errno,
 ) {
     let mut reply = Some(reply);
-    let sent = source.send(head, start, len, |bytes| {
+    let send = |bytes: &[u8]| {
         if let Some(r) = reply.take() {
             r.data(bytes);
         }
-    });
+    };
+    let sent = match opened {
+        Some(o) => source.send_from(o, head, start, len, send),
+        None => source.send(head, start, len, send),
+    };
     if let (Err(e), Some(r)) = (sent, reply) {
         r.error(read_errno(e, changed));
     }
@@ -558,12 +564,15 @@ impl Filesystem for TensorFs {
                 let changed = self.changed_errno();
                 // Bytes in the page cache of a local source are sent from this thread; anything
                 // that may wait on storage goes to the pool.
-                if head.is_empty() && source.ready(start, len) {
-                    return serve(&source, &head, start, len, reply, changed);
+                if head.is_empty()
+                    && let Some(opened) = source.ready(start, len)
+                {
+                    return serve(source, Some(&opened), &head, start, len, reply, changed);
                 }
+                let source = source.clone();
                 self.pool.submit(move |run| {
                     if run {
-                        serve(&source, &head, start, len, reply, changed);
+                        serve(&source, None, &head, start, len, reply, changed);
                     } else {
                         reply.error(Errno::EIO);
                     }

@@ -96,7 +96,7 @@ pub enum Reading<'a> {
     Bytes(&'a [u8]),
     /// `head`, then the `len` bytes at `start` of `source`.
     Source {
-        source: Arc<Source>,
+        source: &'a Arc<Source>,
         head: Vec<u8>,
         start: u64,
         len: u64,
@@ -259,13 +259,13 @@ impl Node {
 
     /// What a read of up to `size` bytes from `offset` sends: bytes the daemon has, or a range of
     /// a source (see [`Source::send`]), after the NPY header's bytes for the start of an NPY view.
-    pub fn read(&self, offset: u64, size: u32) -> Result<Reading<'_>, ReadError> {
-        let range = |source: &Arc<Source>, start: u64, len: u64, offset: u64, head: Vec<u8>| {
+    pub fn read<'a>(&'a self, offset: u64, size: u32) -> Result<Reading<'a>, ReadError> {
+        let range = |source: &'a Arc<Source>, start: u64, len: u64, offset: u64, head: Vec<u8>| {
             let want = u64::from(size)
                 .saturating_sub(head.len() as u64)
                 .min(len.saturating_sub(offset));
             Reading::Source {
-                source: source.clone(),
+                source,
                 head,
                 start: start + offset.min(len),
                 len: want,

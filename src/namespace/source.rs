@@ -308,26 +308,23 @@ impl Source {
         ok
     }
 
-    /// Whether `len` bytes at `start` can be sent without waiting on storage: the source is open,
-    /// mapped, on a local filesystem, and those bytes are in the page cache.
-    pub fn ready(&self, start: u64, len: u64) -> bool {
+    /// The open descriptor and mapping, if `len` bytes at `start` can be sent from them without
+    /// waiting on storage: the source is open, mapped, on a local filesystem, and those bytes are
+    /// in the page cache. Then [`Source::send_from`] sends them.
+    pub fn ready(&self, start: u64, len: u64) -> Option<Arc<Opened>> {
         if self.remote {
-            return false;
+            return None;
         }
-        let Ok(open) = self.open.try_read() else {
-            return false;
-        };
-        match open.as_ref().and_then(|o| o.mapped()) {
-            Some(map) => opened::resident(map, start, len),
-            None => false,
-        }
+        let open = self.open.try_read().ok()?;
+        let opened = open.as_ref()?;
+        opened::resident(opened.mapped()?, start, len).then(|| opened.clone())
     }
 
     /// Sends `head` followed by the `len` bytes at `start` through `send`, once checked against
-    /// changes. Without a head, the bytes go to `send` as a slice of the mapping, which the daemon
-    /// never reads itself (their pages leave its address space later: see [`opened::served`]). With a head, or
-    /// where the file cannot be mapped, they are read with `pread`: a file cut short is then an
-    /// error, never a short reply.
+    /// changes, opening the source if it is not open. Without a head, the bytes go to `send` as a
+    /// slice of the mapping, which the daemon never reads itself (their pages leave its address
+    /// space later: see [`opened::served`]). With a head, or where the file cannot be mapped, they
+    /// are read with `pread`: a file cut short is then an error, never a short reply.
     pub fn send(
         self: &Arc<Self>,
         head: &[u8],
@@ -336,7 +333,20 @@ impl Source {
         send: impl FnOnce(&[u8]),
     ) -> Result<(), ReadError> {
         let opened = self.opened()?;
-        if len > 0 && !self.intact(&opened, start + len) {
+        self.send_from(&opened, head, start, len, send)
+    }
+
+    /// [`Source::send`] through `opened`, this source's open descriptor and mapping.
+    pub fn send_from(
+        &self,
+        opened: &Opened,
+        head: &[u8],
+        start: u64,
+        len: u64,
+        send: impl FnOnce(&[u8]),
+    ) -> Result<(), ReadError> {
+        self.used.store(now_ms(), Ordering::Relaxed);
+        if len > 0 && !self.intact(opened, start + len) {
             return Err(ReadError::SourceChanged);
         }
         if head.is_empty()
@@ -345,7 +355,7 @@ impl Source {
             let from = (start as usize).min(map.len());
             let to = (start + len).min(map.len() as u64) as usize;
             send(&map[from..to]);
-            opened::served(&opened, len);
+            opened::served(opened, len);
             return Ok(());
         }
         let mut buf = Vec::with_capacity(head.len() + len as usize);
