@@ -731,6 +731,19 @@ fn unmount_under_idle_mount(backend: &Path, mnt: &Path) {
     }
 }
 
+/// The small model behind squashfuse, with tensormount mounted on it with `-o source_idle=2`.
+fn idle_fixture(tag: &str) -> (TempDir, Model, Backend, PathBuf, Daemon) {
+    let tmp = TempDir::new(tag);
+    let model = small_model(&tmp.join("model"));
+    let (backend, _img) = Backend::squashfuse(&model.dir, &tmp, &tmp.join("backend"));
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let opts = ["-o", "source_idle=2"];
+    let (daemon, _) = Daemon::spawn(&backend.dir, &mnt, &opts, &log, Duration::from_secs(30));
+    (tmp, model, backend, mnt, daemon)
+}
+
 #[test]
 fn idle_sources_are_closed_and_the_backend_can_unmount() {
     let _serial = serial();
@@ -738,14 +751,7 @@ fn idle_sources_are_closed_and_the_backend_can_unmount() {
         return;
     }
     let start = Instant::now();
-    let tmp = TempDir::new("idle");
-    let model = small_model(&tmp.join("model"));
-    let (backend, _img) = Backend::squashfuse(&model.dir, &tmp, &tmp.join("backend"));
-    let mnt = tmp.join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let log = tmp.join("daemon.log");
-    let opts = ["-o", "source_idle=2"];
-    let (mut daemon, _) = Daemon::spawn(&backend.dir, &mnt, &opts, &log, Duration::from_secs(30));
+    let (_tmp, model, backend, mnt, mut daemon) = idle_fixture("idle");
     check_tree(&mnt, &backend.dir, &model);
     eprintln!(
         "held in the backend right after the reads: {:#?}",
@@ -767,14 +773,7 @@ fn an_open_tensor_keeps_its_source_open_past_the_idle_time() {
         return;
     }
     let start = Instant::now();
-    let tmp = TempDir::new("idleopen");
-    let model = small_model(&tmp.join("model"));
-    let (backend, _img) = Backend::squashfuse(&model.dir, &tmp, &tmp.join("backend"));
-    let mnt = tmp.join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let log = tmp.join("daemon.log");
-    let opts = ["-o", "source_idle=2"];
-    let (daemon, _) = Daemon::spawn(&backend.dir, &mnt, &opts, &log, Duration::from_secs(30));
+    let (_tmp, model, backend, mnt, daemon) = idle_fixture("idleopen");
 
     let t = &model.tensors[5];
     let path = mnt.join("model.tensors").join(escaped(&t.name));

@@ -181,36 +181,43 @@ static CLOSED: AtomicUsize = AtomicUsize::new(0);
 /// Records that `source` now holds a descriptor; past the cap, closes the least recently used
 /// idle sources.
 pub fn track(source: &Arc<Source>) {
+    // Closed, and the last references to sources dropped, only once the lock is released.
+    let mut closed = Vec::new();
+    let mut by_age: Vec<(u64, usize, Arc<Source>)> = Vec::new();
     let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
     let set = open.get_or_insert_with(HashMap::new);
     set.insert(Arc::as_ptr(source) as usize, Arc::downgrade(source));
     if set.len() > cap() {
         let target = cap() * 3 / 4;
-        let mut by_age: Vec<(u64, usize, Arc<Source>)> = set
-            .iter()
-            .filter_map(|(&k, w)| w.upgrade().map(|s| (s.last_used(), k, s)))
-            .collect();
+        by_age.extend(
+            set.iter()
+                .filter_map(|(&k, w)| w.upgrade().map(|s| (s.last_used(), k, s))),
+        );
         set.retain(|_, w| w.strong_count() > 0);
         by_age.sort_by_key(|&(used, k, _)| (used, k));
-        for (_, k, s) in by_age {
+        for (_, k, s) in &by_age {
             if set.len() <= target {
                 break;
             }
-            if s.close_if_unused() {
-                set.remove(&k);
-                CLOSED.fetch_add(1, Ordering::Relaxed);
+            if s.close_if_unused(&mut closed) {
+                set.remove(k);
             }
         }
         if set.len() > cap() {
             debug!("{} sources in use, over the cap of {}", set.len(), cap());
         }
     }
+    drop(open);
+    CLOSED.fetch_add(closed.len(), Ordering::Relaxed);
 }
 
 /// Closes every source unused for `idle`; returns how many are still open.
 pub fn sweep(idle: Duration) -> usize {
     let now = super::source::now_ms();
     let idle = idle.as_millis() as u64;
+    // Closed, and the last references to sources dropped, only once the lock is released.
+    let mut closed = Vec::new();
+    let mut seen = Vec::new();
     let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(set) = open.as_mut() else {
         return 0;
@@ -219,13 +226,14 @@ pub fn sweep(idle: Duration) -> usize {
         let Some(s) = w.upgrade() else {
             return false;
         };
-        if now.saturating_sub(s.last_used()) < idle || !s.close_if_unused() {
-            return true;
-        }
-        CLOSED.fetch_add(1, Ordering::Relaxed);
-        false
+        let keep = now.saturating_sub(s.last_used()) < idle || !s.close_if_unused(&mut closed);
+        seen.push(s);
+        keep
     });
-    set.len()
+    let left = set.len();
+    drop(open);
+    CLOSED.fetch_add(closed.len(), Ordering::Relaxed);
+    left
 }
 
 /// How many sources have been closed so far.

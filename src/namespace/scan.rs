@@ -27,6 +27,8 @@ pub(super) struct Scan {
     pub meta: Metadata,
     /// Sorted by name.
     pub entries: Vec<Entry>,
+    /// On a network or FUSE filesystem: its entries are looked at several at a time.
+    pub remote: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -86,7 +88,11 @@ impl Scan {
             .map(|((name, path), what)| Entry { name, path, what })
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Scan { meta, entries })
+        Ok(Scan {
+            meta,
+            entries,
+            remote,
+        })
     }
 
     /// The same directory with the same entries, each the same as before, and the same

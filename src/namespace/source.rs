@@ -248,22 +248,21 @@ impl Source {
         Ok(o)
     }
 
-    /// Drops its descriptor and mapping if nothing uses them: no read in flight, no handle held.
-    /// True if it holds none now.
-    pub(super) fn close_if_unused(&self) -> bool {
+    /// Takes its descriptor and mapping if nothing uses them (no read in flight, no handle held),
+    /// for the caller to close once it holds no lock: closing a file of a stalled FUSE backend
+    /// waits. True if the source holds none now.
+    pub(super) fn close_if_unused(&self, closed: &mut Vec<Arc<Opened>>) -> bool {
         let Ok(mut open) = self.open.try_write() else {
             return false;
         };
         if self.holds.load(Ordering::Relaxed) > 0 {
             return false;
         }
-        match &*open {
-            Some(o) if Arc::strong_count(o) > 1 => false,
-            _ => {
-                *open = None;
-                true
-            }
+        match open.take_if(|o| Arc::strong_count(o) == 1) {
+            Some(o) => closed.push(o),
+            None => return open.is_none(),
         }
+        true
     }
 
     /// Its descriptor and mapping if it is open now and not being opened.
@@ -455,8 +454,13 @@ impl Registry {
         Ok(self.insert(source))
     }
 
-    /// [`Registry::get`] for each file, those not open yet opened several at a time.
-    pub fn get_all(&mut self, files: &[(&Path, &Metadata)]) -> Vec<Result<Arc<Source>, String>> {
+    /// [`Registry::get`] for each file of a directory, those not open yet opened several at a
+    /// time where the directory is `remote` (see [`parallel`]).
+    pub fn get_all(
+        &mut self,
+        files: &[(&Path, &Metadata)],
+        remote: bool,
+    ) -> Vec<Result<Arc<Source>, String>> {
         let known: Vec<Option<Arc<Source>>> = files
             .iter()
             .map(|(_, meta)| self.live(&Version::of(meta)))
@@ -467,11 +471,6 @@ impl Registry {
             .filter(|(_, k)| k.is_none())
             .map(|((path, _), _)| *path)
             .collect();
-        let remote = missing
-            .first()
-            .and_then(|p| p.parent())
-            .and_then(|dir| File::open(dir).ok())
-            .is_some_and(|dir| is_remote(&dir));
         // In batches, so that the sources just opened and not yet counted stay a fraction of
         // the cap on open sources.
         let mut opened = Vec::with_capacity(missing.len());

@@ -496,7 +496,7 @@ impl Writer {
                 _ => None,
             })
             .collect();
-        let mut opened = self.registry.get_all(&wanted).into_iter();
+        let mut opened = self.registry.get_all(&wanted, d.scan.remote).into_iter();
         for e in &d.scan.entries {
             let known = d
                 .previous
@@ -935,6 +935,7 @@ fn file_scan(meta: Metadata) -> Scan {
     Scan {
         meta,
         entries: Vec::new(),
+        remote: false,
     }
 }
 
