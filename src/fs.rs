@@ -354,30 +354,25 @@ struct Checked {
     answered: bool,
 }
 
-/// Sends a read of a source's bytes (see [`Source::send`]) as the reply, or the error: through
-/// `opened` if given, else through the source opened now.
+/// Replies to a read with the bytes that `send` passes on, or with its error. Gives the reply back
+/// if `send` sent nothing and returned `None`.
 fn serve(
-    source: &Arc<Source>,
-    opened: Option<&Opened>,
-    head: &[u8],
-    start: u64,
-    len: u64,
     reply: ReplyData,
     changed: Errno,
-) {
+    send: impl FnOnce(&mut dyn FnMut(&[u8])) -> Option<Result<(), ReadError>>,
+) -> Option<ReplyData> {
     let mut reply = Some(reply);
-    let send = |bytes: &[u8]| {
+    let sent = send(&mut |bytes| {
         if let Some(r) = reply.take() {
             r.data(bytes);
         }
-    };
-    let sent = match opened {
-        Some(o) => source.send_from(o, head, start, len, send),
-        None => source.send(head, start, len, send),
-    };
-    if let (Err(e), Some(r)) = (sent, reply) {
-        r.error(read_errno(e, changed));
+    });
+    match (sent, reply) {
+        (Some(Err(e)), Some(r)) => r.error(read_errno(e, changed)),
+        (None, reply) => return reply,
+        _ => {}
     }
+    None
 }
 
 fn read_errno(e: ReadError, changed: Errno) -> Errno {
@@ -564,15 +559,20 @@ impl Filesystem for TensorFs {
                 let changed = self.changed_errno();
                 // Bytes in the page cache of a local source are sent from this thread; anything
                 // that may wait on storage goes to the pool.
-                if head.is_empty()
-                    && let Some(opened) = source.ready(start, len)
-                {
-                    return serve(source, Some(&opened), &head, start, len, reply, changed);
-                }
+                let reply = if head.is_empty() {
+                    match serve(reply, changed, |send| source.send_cached(start, len, send)) {
+                        Some(reply) => reply,
+                        None => return,
+                    }
+                } else {
+                    reply
+                };
                 let source = source.clone();
                 self.pool.submit(move |run| {
                     if run {
-                        serve(&source, None, &head, start, len, reply, changed);
+                        serve(reply, changed, |send| {
+                            Some(source.send(&head, start, len, send))
+                        });
                     } else {
                         reply.error(Errno::EIO);
                     }

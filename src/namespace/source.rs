@@ -307,23 +307,50 @@ impl Source {
         ok
     }
 
-    /// The open descriptor and mapping, if `len` bytes at `start` can be sent from them without
-    /// waiting on storage: the source is open, mapped, on a local filesystem, and those bytes are
-    /// in the page cache. Then [`Source::send_from`] sends them.
-    pub fn ready(&self, start: u64, len: u64) -> Option<Arc<Opened>> {
+    /// Sends the `len` bytes at `start` through `send` if that cannot wait on storage: the source
+    /// is open, on a local filesystem, and those bytes are in the page cache. `None` if it could
+    /// wait: the caller then sends them from a thread that may block ([`Source::send`]).
+    ///
+    /// Fewer than [`COPY_BELOW`] bytes are copied with `preadv2(RWF_NOWAIT)`, which fails rather
+    /// than wait. Longer ranges are sent from the mapping, if `mincore` finds them resident.
+    pub fn send_cached(
+        &self,
+        start: u64,
+        len: u64,
+        send: impl FnOnce(&[u8]),
+    ) -> Option<Result<(), ReadError>> {
         if self.remote {
             return None;
         }
         let open = self.open.try_read().ok()?;
         let opened = open.as_ref()?;
-        opened::resident(opened.mapped()?, start, len).then(|| opened.clone())
+        if len < COPY_BELOW {
+            return COPY.with_borrow_mut(|buf| {
+                buf.resize(len as usize, 0);
+                if !read_cached(&opened.file, buf, start) {
+                    return None;
+                }
+                self.used.store(now_ms(), Ordering::Relaxed);
+                if !self.intact(opened, start + len) {
+                    return Some(Err(ReadError::SourceChanged));
+                }
+                send(buf);
+                Some(Ok(()))
+            });
+        }
+        if !opened::resident(opened.mapped()?, start, len) {
+            return None;
+        }
+        Some(self.send_from(opened, &[], start, len, send))
     }
 
     /// Sends `head` followed by the `len` bytes at `start` through `send`, once checked against
-    /// changes, opening the source if it is not open. Without a head, the bytes go to `send` as a
-    /// slice of the mapping, which the daemon never reads itself (their pages leave its address
-    /// space later: see [`opened::served`]). With a head, or where the file cannot be mapped, they
-    /// are read with `pread`: a file cut short is then an error, never a short reply.
+    /// changes, opening the source if it is not open. [`COPY_BELOW`] bytes or more without a head
+    /// go to `send` as a slice of the mapping, which the daemon never reads itself (their pages
+    /// leave its address space later: see [`opened::served`]). Anything else, and everything where
+    /// the file cannot be mapped, is read with `pread`: a file cut short is then an error, never a
+    /// short reply. A short read is preceded by a read-ahead of the pages around it, as a page
+    /// fault would do (see [`read_around`]).
     pub fn send(
         self: &Arc<Self>,
         head: &[u8],
@@ -336,7 +363,7 @@ impl Source {
     }
 
     /// [`Source::send`] through `opened`, this source's open descriptor and mapping.
-    pub fn send_from(
+    fn send_from(
         &self,
         opened: &Opened,
         head: &[u8],
@@ -349,6 +376,7 @@ impl Source {
             return Err(ReadError::SourceChanged);
         }
         if head.is_empty()
+            && len >= COPY_BELOW
             && let Some(map) = opened.map(self)
         {
             let from = (start as usize).min(map.len());
@@ -356,6 +384,9 @@ impl Source {
             send(&map[from..to]);
             opened::served(opened, len);
             return Ok(());
+        }
+        if head.is_empty() {
+            read_around(&opened.file, start, len);
         }
         let mut buf = Vec::with_capacity(head.len() + len as usize);
         buf.extend_from_slice(head);
@@ -568,4 +599,64 @@ pub fn is_remote(file: &File) -> bool {
     #[allow(clippy::unnecessary_cast)]
     let kind = stat.f_type as i64;
     REMOTE.contains(&kind)
+}
+
+/// Reads shorter than this are copied (`pread`); longer ones are sent from the source's mapping.
+/// A copy that small costs less than mapping its pages into the daemon (a fault, which also maps
+/// the pages around them) and dropping them again later, and it leaves the daemon's resident
+/// memory as it was.
+const COPY_BELOW: u64 = 32 << 10;
+
+/// The window a short read of storage reads ahead: what a page fault reads around the page it
+/// needs (the kernel's default `read_ahead_kb`), so that random small reads through the mount
+/// cost as many reads of storage as they did through the mapping.
+const READ_AROUND: u64 = 128 << 10;
+
+thread_local! {
+    /// The buffer of a FUSE thread's copied reads.
+    static COPY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Fills `buf` from `file` at `offset` if every byte is in the page cache: `preadv2` with
+/// `RWF_NOWAIT`, which fails with EAGAIN (or stops short) rather than wait on storage. False
+/// otherwise, also where the filesystem or kernel does not support it.
+fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> bool {
+    let Ok(offset) = i64::try_from(offset) else {
+        return false;
+    };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `iov` describes `buf`, which is writable and outlives the call; the descriptor is
+    // open for reading. The kernel writes at most `buf.len()` bytes into it.
+    let n = unsafe {
+        libc::preadv2(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            &iov,
+            1,
+            offset,
+            libc::RWF_NOWAIT,
+        )
+    };
+    usize::try_from(n).is_ok_and(|n| n == buf.len())
+}
+
+/// Starts reading the [`READ_AROUND`]-aligned window around `len` bytes at `start` into the page
+/// cache (`POSIX_FADV_WILLNEED`); a hint, whose failure changes nothing.
+fn read_around(file: &File, start: u64, len: u64) {
+    let from = start / READ_AROUND * READ_AROUND;
+    let to = (start + len).div_ceil(READ_AROUND) * READ_AROUND;
+    let (Ok(from), Ok(span)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return;
+    };
+    // SAFETY: posix_fadvise only reads its arguments; the descriptor is open.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            from,
+            span,
+            libc::POSIX_FADV_WILLNEED,
+        );
+    }
 }
