@@ -588,6 +588,33 @@ fn allow_other_lets_other_users_read_only_what_they_could_read() {
         );
         fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
     }
+    // A sharded set whose index and first shard anyone may read, but whose second shard is
+    // private: the merged directory would list that shard's tensors.
+    let shards = [
+        ("sharded-1.safetensors", "a", 3, 0o644),
+        ("sharded-2.safetensors", "b", 4, 0o600),
+    ];
+    for (file, name, seed, mode) in shards {
+        let path = model.join(file);
+        write_safetensors(
+            &path,
+            &[T {
+                name,
+                dtype: "U8",
+                shape: &[100],
+                data: bytes(100, seed),
+            }],
+            None,
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let index = model.join("sharded.safetensors.index.json");
+    fs::write(
+        &index,
+        r#"{"metadata":{"total_size":200},"weight_map":{"a":"sharded-1.safetensors","b":"sharded-2.safetensors"}}"#,
+    )
+    .unwrap();
+    fs::set_permissions(&index, fs::Permissions::from_mode(0o644)).unwrap();
     let mnt = mountpoint(&tmp, "mnt");
     fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
     let log = tmp.join("daemon.log");
@@ -624,11 +651,30 @@ fn allow_other_lets_other_users_read_only_what_they_could_read() {
     nobody_denied(&["cat", &p("priv.tensors/w")]);
     nobody_denied(&["ls", &p("priv.tensors")]);
     nobody_denied(&["cat", &p("priv.safetensors")]);
+    // The merged directory is as private as its most private shard; each shard's own directory
+    // follows that shard.
+    let merged = mnt.join("sharded.tensors");
+    assert_eq!(
+        fs::metadata(&merged).unwrap().permissions().mode() & 0o777,
+        0o500,
+        "sharded.tensors/ with a 0600 shard"
+    );
+    nobody_denied(&["ls", &p("sharded.tensors")]);
+    nobody_denied(&["cat", &p("sharded.tensors/a")]);
+    nobody_denied(&["cat", &p("sharded.tensors/b")]);
+    let out = as_nobody(&["cat", &p("sharded-1.tensors/a")]);
+    assert!(
+        out.status.success() && out.stdout == bytes(100, 3),
+        "uid 65534 reading the public shard's own sharded-1.tensors/a: {}",
+        stderr(&out)
+    );
+    nobody_denied(&["ls", &p("sharded-2.tensors")]);
     // Root still reads everything.
     assert_eq!(
         fs::read(mnt.join("priv.tensors/w")).unwrap(),
         bytes(1000, 2)
     );
+    assert_eq!(fs::read(merged.join("b")).unwrap(), bytes(100, 4));
     let err = daemon.stop();
     assert!(err.is_empty(), "stderr: {err}");
 

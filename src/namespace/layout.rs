@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::draft::{self, Draft};
 use super::{
-    Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source, TENSOR_FILE, XATTR_LIST_MAX,
-    XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs,
+    Attr, Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source, TENSOR_FILE,
+    XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs,
 };
 use crate::format::Tensor;
 use crate::names::Shortener;
@@ -22,11 +22,13 @@ use crate::npy;
 /// A tensor with the source it is served from.
 pub(super) type Entry = (Arc<Tensor>, Arc<Source>);
 
-/// The entries of a tensor directory whose attributes come from `owner` (the file or index it
-/// stands for). `budget`: how many directories `layout=tree` may make.
+/// The entries of a tensor directory whose attributes are `dir` (also those of its
+/// subdirectories); `__metadata__` comes from `owner` (the file or index it stands for) and is
+/// readable as that file is. `budget`: how many directories `layout=tree` may make.
 pub(super) fn tensor_dir(
     options: &Options,
     owner: &Metadata,
+    dir: &Attr,
     mut entries: Vec<Entry>,
     metadata_json: Option<Arc<[u8]>>,
     budget: usize,
@@ -47,7 +49,7 @@ pub(super) fn tensor_dir(
                     super::MAX_NODES
                 ));
             };
-            add_branch(options, owner, root, &mut stray, true)
+            add_branch(options, dir, root, &mut stray, true)
         }
     };
     if let Some(json) = metadata_json {
@@ -95,7 +97,7 @@ pub(super) fn metadata_xattrs<'a>(
 /// a `/` (`%2F`), which no part does, so they never clash with a part.
 fn add_branch<'a>(
     options: &Options,
-    owner: &Metadata,
+    dir: &Attr,
     branch: Branch<'a>,
     stray: &mut Vec<Leaf<'a>>,
     top: bool,
@@ -119,10 +121,10 @@ fn add_branch<'a>(
             Some(entry) if child.children.is_empty() => leaves.push((leaf_name, entry)),
             _ => {
                 let name = leaf_name.file_name(&mut names);
-                let grandchildren = add_branch(options, owner, child, stray, false);
+                let grandchildren = add_branch(options, dir, child, stray, false);
                 children.push(Draft::generated_dir(
                     name.as_bytes().into(),
-                    draft::tensor_dir_attr(owner),
+                    *dir,
                     super::no_xattrs(),
                     grandchildren,
                 ));

@@ -454,7 +454,7 @@ impl Writer {
                 let attr = c
                     .table
                     .get(ROOT)
-                    .map_or_else(|| draft::tensor_dir_attr(&rec.scan.meta), |n| n.attr);
+                    .map_or_else(|| draft::tensor_dir_attr(&rec.scan.meta, &[]), |n| n.attr);
                 (
                     root_node(attr, super::no_xattrs(), Origin::Generated),
                     Vec::new(),
@@ -814,14 +814,17 @@ impl Writer {
                             .flatten()
                             .map(|(k, v)| (k, index::metadata_value_text(v))),
                     );
-                    let children =
-                        self.tensor_entries(&path, &source.meta, merged.entries, json, budget)?;
-                    Draft::generated_dir(
-                        dir,
-                        draft::tensor_dir_attr(&source.meta),
-                        xattrs,
-                        children,
-                    )
+                    let shards: Vec<&Metadata> = merged.shards.iter().map(|s| &s.meta).collect();
+                    let attr = draft::tensor_dir_attr(&source.meta, &shards);
+                    let children = self.tensor_entries(
+                        &path,
+                        &source.meta,
+                        &attr,
+                        merged.entries,
+                        json,
+                        budget,
+                    )?;
+                    Draft::generated_dir(dir, attr, xattrs, children)
                 }
             };
             out.push((draft, inputs));
@@ -878,19 +881,22 @@ impl Writer {
                 .flatten()
                 .map(|(k, v)| (k, v.clone())),
         );
-        let children = self.tensor_entries(&source.path, &source.meta, entries, json, budget)?;
-        Ok((draft::tensor_dir_attr(&source.meta), xattrs, children))
+        let attr = draft::tensor_dir_attr(&source.meta, &[]);
+        let children =
+            self.tensor_entries(&source.path, &source.meta, &attr, entries, json, budget)?;
+        Ok((attr, xattrs, children))
     }
 
     fn tensor_entries(
         &self,
         origin: &Path,
         owner: &Metadata,
+        dir: &super::Attr,
         entries: Vec<layout::Entry>,
         json: Option<Arc<[u8]>>,
         budget: &mut usize,
     ) -> Result<Vec<Draft>, BuildError> {
-        let children = layout::tensor_dir(&self.options, owner, entries, json, *budget)
+        let children = layout::tensor_dir(&self.options, owner, dir, entries, json, *budget)
             .map_err(|e| path_error(origin, e))?;
         let count: usize = 1 + children.iter().map(Draft::count).sum::<usize>();
         *budget = budget.checked_sub(count).ok_or_else(|| {
