@@ -29,7 +29,8 @@ pub fn escape(name: &str) -> Cow<'_, str> {
         ".." => return Cow::Borrowed("%2E%2E"),
         _ => {}
     }
-    if !name.contains(['%', '/', '\0']) {
+    // Bytes, not chars: these are ASCII, and a byte loop is several times faster on long names.
+    if !name.bytes().any(|b| matches!(b, b'%' | b'/' | b'\0')) {
         return Cow::Borrowed(name);
     }
     let mut out = String::with_capacity(name.len());
