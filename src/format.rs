@@ -789,4 +789,243 @@ mod tests {
         assert!(msg.contains("a.weight"), "{msg}");
         assert!(msg.contains("InvalidOffset"), "{msg}");
     }
+
+    /// The tensors (name, dtype, shape, offsets in data order) and metadata of a valid file.
+    type Seen = (
+        Vec<(String, String, String, u64, u64)>,
+        Option<Vec<(String, String)>>,
+    );
+
+    fn seen(bytes: &[u8]) -> Result<Seen, String> {
+        let (_d, f, p) = file_with(bytes);
+        let h = read_header(&f, &p).map_err(|e| e.rule().unwrap_or_default())?;
+        let tensors = h.tensors.iter().map(|t| {
+            (
+                t.name.to_string(),
+                t.dtype_name(),
+                t.shape_json(),
+                t.begin,
+                t.end,
+            )
+        });
+        let metadata = h.metadata.map(|m| m.into_iter().collect());
+        Ok((tensors.collect(), metadata))
+    }
+
+    /// The same as the crate reading the whole file from memory.
+    fn crate_seen(bytes: &[u8]) -> Result<Seen, String> {
+        let (_, m) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| rule_name(&e))?;
+        let tensors = m.offset_keys().into_iter().map(|name| {
+            let i = m.info(&name).unwrap();
+            let shape = serde_json::to_string(&i.shape).unwrap();
+            let (b, e) = i.data_offsets;
+            (name, format!("{:?}", i.dtype), shape, b as u64, e as u64)
+        });
+        let metadata = m.metadata().clone().map(|m| {
+            let mut v: Vec<_> = m.into_iter().collect();
+            v.sort();
+            v
+        });
+        Ok((tensors.collect(), metadata))
+    }
+
+    fn u8_entry(len: usize, begin: usize) -> String {
+        let end = begin + len;
+        format!(r#"{{"dtype":"U8","shape":[{len}],"data_offsets":[{begin},{end}]}}"#)
+    }
+
+    #[test]
+    fn json_reader_agrees_with_the_crate_on_its_subtle_cases() {
+        let w3 = u8_entry(3, 0);
+        let w1 = u8_entry(1, 0);
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let cases: Vec<(&str, String, usize, Result<Seen, String>)> = vec![
+            (
+                "repeated name: the last wins",
+                format!(r#"{{"w":{w3},"w":{w1}}}"#),
+                1,
+                Ok((vec![("w".into(), "U8".into(), "[1]".into(), 0, 1)], None)),
+            ),
+            (
+                "repeated name: the first is gone, leaving a gap",
+                format!(r#"{{"a":{w3},"b":{},"a":{}}}"#, u8_entry(3, 3), u8_entry(3, 6)),
+                9,
+                Err("InvalidOffset".into()),
+            ),
+            (
+                "__metadata__ null is none",
+                format!(r#"{{"__metadata__":null,"w":{w1}}}"#),
+                1,
+                Ok((vec![("w".into(), "U8".into(), "[1]".into(), 0, 1)], None)),
+            ),
+            (
+                "repeated metadata key: the last wins",
+                r#"{"__metadata__":{"k":"1","k":"2"}}"#.into(),
+                0,
+                Ok((vec![], Some(vec![("k".into(), "2".into())]))),
+            ),
+            (
+                "escaped __metadata__ is still the metadata",
+                r#"{"__metadata\u005f_":{"k":"v"}}"#.into(),
+                0,
+                Ok((vec![], Some(vec![("k".into(), "v".into())]))),
+            ),
+            (
+                "__metadata__ twice, the first null",
+                r#"{"__metadata__":null,"__metadata__":{}}"#.into(),
+                0,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "non-string metadata value",
+                r#"{"__metadata__":{"n":null}}"#.into(),
+                0,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "unknown fields are ignored",
+                r#"{"w":{"x":{"y":[1,-2,0.5,true,null,"\u00e9"]},"dtype":"U8","shape":[1],"data_offsets":[0,1],"z":{}}}"#.into(),
+                1,
+                Ok((vec![("w".into(), "U8".into(), "[1]".into(), 0, 1)], None)),
+            ),
+            (
+                "an unknown field with a lone surrogate escape is not JSON",
+                r#"{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"z":"\ud800"}}"#.into(),
+                1,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "an unknown field nested past serde_json's depth limit",
+                format!(r#"{{"w":{{"dtype":"U8","shape":[1],"data_offsets":[0,1],"z":{deep}}}}}"#),
+                1,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "an unknown number out of range",
+                r#"{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"z":1e999}}"#.into(),
+                1,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "a field given twice",
+                r#"{"w":{"shape":[1],"dtype":"U8","data_offsets":[0,1],"shape":[1]}}"#.into(),
+                1,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+            (
+                "an entry written as an array (only the crate's own reader takes it)",
+                r#"{"w":["U8",[1],[0,1]]}"#.into(),
+                1,
+                Ok((vec![("w".into(), "U8".into(), "[1]".into(), 0, 1)], None)),
+            ),
+            (
+                "tensors in any order come out in data order",
+                format!(r#"{{"b":{},"a":{}}}"#, u8_entry(2, 1), u8_entry(1, 0)),
+                3,
+                Ok((
+                    vec![
+                        ("a".into(), "U8".into(), "[1]".into(), 0, 1),
+                        ("b".into(), "U8".into(), "[2]".into(), 1, 3),
+                    ],
+                    None,
+                )),
+            ),
+            (
+                "trailing text",
+                format!(r#"{{"w":{w1}}} x"#),
+                1,
+                Err("InvalidHeaderDeserialization".into()),
+            ),
+        ];
+        for (what, json, data, want) in cases {
+            let bytes = with_header(&json, &vec![0; data]);
+            assert_eq!(seen(&bytes), want, "{what}");
+            assert_eq!(crate_seen(&bytes), want, "{what}: the crate");
+        }
+    }
+
+    fn reason(bytes: &[u8]) -> String {
+        let (_d, f, p) = file_with(bytes);
+        let e = read_header(&f, &p).unwrap_err();
+        let reason = e.reason();
+        assert_eq!(e.to_string(), format!("{}: {reason}", p.display()));
+        reason
+    }
+
+    #[test]
+    fn common_accidents_are_told_in_plain_words_before_the_rule() {
+        let lfs = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 4949453792\n";
+        assert_eq!(
+            reason(lfs),
+            "this is a Git LFS pointer, not the file's contents: run `git lfs pull` in its \
+             repository to download them [HeaderTooLarge]"
+        );
+        let web = "this is an HTML or XML page, not a safetensors file: likely a server's error page \
+                   saved by a failed download; download the file again [HeaderTooLarge]";
+        assert_eq!(reason(b"<!DOCTYPE html><html><body>404</body></html>"), web);
+        assert_eq!(reason(b"\r\n  <html><head><title>502 Bad Gateway"), web);
+        assert_eq!(
+            reason(b"<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code></Error>"),
+            web
+        );
+        assert_eq!(
+            reason(b"<p>"),
+            "this is an HTML or XML page, not a safetensors file: likely a server's error page \
+             saved by a failed download; download the file again [HeaderTooSmall]"
+        );
+        assert_eq!(
+            reason(br#"{"metadata":{"total_size":16},"weight_map":{"w":"a.safetensors"}}"#),
+            "this is JSON text, not a safetensors file (an index or config file saved under this \
+             name?) [HeaderTooLarge]"
+        );
+        assert_eq!(
+            reason(b"PK\x03\x04\x00\x00\x08\x00\x00\x00archive/data.pkl"),
+            "this is a ZIP archive, not a safetensors file: likely a PyTorch checkpoint written by \
+             torch.save; convert it to safetensors [HeaderTooLarge]"
+        );
+        assert_eq!(
+            reason(b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."),
+            "this is a Python pickle, not a safetensors file: likely an old PyTorch checkpoint; \
+             convert it to safetensors [HeaderTooLarge]"
+        );
+        assert_eq!(
+            reason(b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"),
+            "this is a GGUF file (llama.cpp's format), not a safetensors file [HeaderTooLarge]"
+        );
+        assert_eq!(
+            reason(b""),
+            "the file is empty (cut short by an interrupted download or copy, or a full disk?) \
+             [HeaderTooSmall]"
+        );
+        assert_eq!(
+            reason(b"\x40\x00\x00"),
+            "the file is only 3 bytes, too short for the 8-byte header length (cut short by an \
+             interrupted download or copy, or a full disk?) [HeaderTooSmall]"
+        );
+        let json = r#"{"t":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}}"#;
+        let whole = with_header(json, &[0; 16]);
+        assert_eq!(
+            reason(&whole[..20]),
+            "the file ends inside its header: 57 header bytes declared, 12 there (cut short by an \
+             interrupted download or copy, or a full disk?) [InvalidHeaderLength]"
+        );
+        assert_eq!(
+            reason(&whole[..whole.len() - 6]),
+            "the file ends before its data: 16 bytes described, 10 there (cut short by an \
+             interrupted download or copy, or a full disk?) [MetadataIncompleteBuffer]"
+        );
+        // Anything else keeps the crate's own words.
+        assert_eq!(reason(&[0xff; 8]), "header too large [HeaderTooLarge]");
+        assert_eq!(
+            reason(&with_header(json, &[0; 18])),
+            "incomplete metadata, file not fully covered [MetadataIncompleteBuffer]"
+        );
+        // The start of a header whose length prefix is plausible is not sniffed: this is a
+        // safetensors file with broken JSON, not a JSON file.
+        assert_eq!(
+            reason(&with_header("{", b"")),
+            "invalid JSON in header: EOF while parsing an object at line 1 column 1 \
+             [InvalidHeaderDeserialization]"
+        );
+    }
 }
