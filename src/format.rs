@@ -314,9 +314,9 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
     };
     drop(buf);
 
-    let (tensors, metadata) = entries.validate().map_err(invalid)?;
     let data_start = PREFIX_LEN + declared;
-    let data = tensors.last().map_or(0, |t| t.end);
+    let header = entries.validate(data_start).map_err(invalid)?;
+    let data = header.tensors.last().map_or(0, |t| t.end);
     // Offsets near 2^64 must not wrap around into a match.
     match data_start.checked_add(data) {
         Some(end) if end == file_len => {}
@@ -329,11 +329,7 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
         }
         _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
     }
-    Ok(Header {
-        data_start,
-        tensors,
-        metadata,
-    })
+    Ok(header)
 }
 
 /// The error the crate's whole-buffer reader reports for a header we could not accept.
@@ -389,8 +385,9 @@ impl Entries {
         })
     }
 
-    /// The tensors in data order and the metadata, if the crate's `Metadata::new` accepts them.
-    fn validate(self) -> Result<(Vec<Tensor>, Option<BTreeMap<String, String>>), SafeTensorError> {
+    /// The header, its data at `data_start`, if the crate's `Metadata::new` accepts it (the data
+    /// filling the file is left to check).
+    fn validate(self, data_start: u64) -> Result<Header, SafeTensorError> {
         let Entries {
             metadata,
             mut tensors,
@@ -399,7 +396,7 @@ impl Entries {
         // As the crate orders them (a stable sort of its hash map's entries: the order of tensors
         // with equal offsets is arbitrary there too).
         tensors.sort_by_key(|(_, info)| info.data_offsets);
-        let ours = tensors
+        let ours: Vec<Tensor> = tensors
             .iter()
             .map(|(name, info)| Tensor {
                 name: Arc::from(name.as_str()),
@@ -413,7 +410,11 @@ impl Entries {
             .as_ref()
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
         Metadata::new(metadata, tensors)?;
-        Ok((ours, sorted_metadata))
+        Ok(Header {
+            data_start,
+            tensors: ours,
+            metadata: sorted_metadata,
+        })
     }
 }
 
