@@ -9,8 +9,9 @@
 //! The crate's own deserializer (`serde(flatten)` over a map of tensors) first copies the whole
 //! header into a generic tree, about ten times the size of the JSON: near 1 GiB for a header at the
 //! format's 100 MB limit. [`Entries`] reads the same JSON in one pass straight into what
-//! `Metadata::new` takes. Where it rejects a header, the crate's deserializer reads the header again
-//! and has the last word, so what is accepted, and the rule named otherwise, stay the crate's.
+//! `Metadata::new` takes. Where that finds the text is not JSON, the crate would reject it for the
+//! same rule; where it rejects a header for anything else, the crate's deserializer reads the header
+//! again and has the last word. So what is accepted, and the rule named otherwise, stay the crate's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -309,8 +310,13 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
         _ => return Err(invalid(canonical_error(&buf))),
     };
     let entries = match Entries::parse(json) {
-        Some(entries) => entries,
-        None => Entries::from_crate(json).ok_or_else(|| invalid(canonical_error(&buf)))?,
+        Ok(entries) => entries,
+        // Not JSON: the crate reads every byte of the header as strictly, so it rejects it for the
+        // same rule, and finding out from the crate would buffer up to the whole header.
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            return Err(invalid(SafeTensorError::InvalidHeaderDeserialization(e)));
+        }
+        Err(_) => Entries::from_crate(json).ok_or_else(|| invalid(canonical_error(&buf)))?,
     };
     drop(buf);
 
@@ -344,7 +350,8 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 
 /// A header's JSON read into what `Metadata::new` takes: the crate's deserializer does the same
 /// after buffering the whole header, and both accept the same JSON where [`Entries::parse`]
-/// succeeds (the fuzz target `header` checks this against the crate).
+/// succeeds; where it finds the text is not JSON the crate does too (the fuzz target `header`
+/// checks both against the crate).
 ///
 /// Equivalences kept: `__metadata__` is read as the crate reads it (`null` is none, values must be
 /// strings, the last of repeated keys wins, a second `__metadata__` is an error); every other key
@@ -358,13 +365,12 @@ struct Entries {
 }
 
 impl Entries {
-    /// The header read in one pass, or `None` where this reader does not accept it (the crate
-    /// then decides).
-    fn parse(json: &str) -> Option<Entries> {
+    /// The header read in one pass, or why this reader does not accept it.
+    fn parse(json: &str) -> Result<Entries, serde_json::Error> {
         let mut de = serde_json::Deserializer::from_str(json);
-        let entries = Entries::deserialize(&mut de).ok()?;
-        de.end().ok()?;
-        Some(entries)
+        let entries = Entries::deserialize(&mut de)?;
+        de.end()?;
+        Ok(entries)
     }
 
     /// The header read by the crate's own deserializer (which also validates it), for what
