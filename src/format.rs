@@ -118,14 +118,31 @@ pub enum Accident {
 }
 
 impl Accident {
-    /// What the start of a file that breaks a framing rule (its first 8 bytes are not a usable
-    /// header length) shows it to be, if anything known. `file_len` is the file's whole size,
+    /// What a file that breaks a framing rule (its first 8 bytes are no usable header length)
+    /// seems to be, if anything known. `start` is its first bytes, `file_len` its whole size,
     /// `declared` the header length its prefix gives.
+    ///
+    /// Other formats are only recognised in files whose prefix is too large a length: the start
+    /// of a file cut short, or of one whose header is cut short, is a plausible length (60 is
+    /// `<` and seven zero bytes), not text.
     fn of(start: &[u8], file_len: u64, declared: u64, e: &SafeTensorError) -> Option<Accident> {
+        match e {
+            SafeTensorError::HeaderTooSmall if file_len == 0 => Some(Accident::Empty),
+            SafeTensorError::HeaderTooSmall => Some(Accident::TooShort(file_len)),
+            SafeTensorError::InvalidHeaderLength => Some(Accident::EndsInHeader {
+                declared,
+                present: file_len.saturating_sub(PREFIX_LEN),
+            }),
+            SafeTensorError::HeaderTooLarge => Accident::foreign(start),
+            _ => None,
+        }
+    }
+
+    /// The format a file's first bytes show, among those commonly saved as `.safetensors` by
+    /// mistake.
+    fn foreign(start: &[u8]) -> Option<Accident> {
         let text = start.trim_ascii_start();
-        if file_len == 0 {
-            Some(Accident::Empty)
-        } else if start.starts_with(b"version https://git-lfs.github.com/spec/") {
+        if start.starts_with(b"version https://git-lfs.github.com/spec/") {
             Some(Accident::LfsPointer)
         } else if text.starts_with(b"<") {
             Some(Accident::Markup)
@@ -137,13 +154,6 @@ impl Accident {
             Some(Accident::Gguf)
         } else if matches!(start, [0x80, 2..=5, ..]) {
             Some(Accident::Pickle)
-        } else if file_len < PREFIX_LEN {
-            Some(Accident::TooShort(file_len))
-        } else if matches!(e, SafeTensorError::InvalidHeaderLength) {
-            Some(Accident::EndsInHeader {
-                declared,
-                present: file_len - PREFIX_LEN,
-            })
         } else {
             None
         }
@@ -274,18 +284,14 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
     let invalid = |e: SafeTensorError| {
         // A file whose first bytes are no header length is often some other file under the name:
         // look at its start to say which.
-        let accident = match e {
-            SafeTensorError::HeaderTooSmall
-            | SafeTensorError::HeaderTooLarge
-            | SafeTensorError::InvalidHeaderLength => {
-                let mut start = vec![0u8; file_len.min(SNIFF_LEN as u64) as usize];
-                match file.read_exact_at(&mut start, 0) {
-                    Ok(()) => Accident::of(&start, file_len, declared, &e),
-                    Err(_) => None,
-                }
+        let mut start = Vec::new();
+        if matches!(e, SafeTensorError::HeaderTooLarge) {
+            start.resize(file_len.min(SNIFF_LEN as u64) as usize, 0);
+            if file.read_exact_at(&mut start, 0).is_err() {
+                start.clear();
             }
-            _ => None,
-        };
+        }
+        let accident = Accident::of(&start, file_len, declared, &e);
         FormatError::Invalid(path.to_path_buf(), e, accident)
     };
     // The crate's own limit on the declared length, checked on the prefix alone before anything
@@ -330,7 +336,7 @@ pub fn read_header(file: &File, path: &Path) -> Result<Header, FormatError> {
             return Err(FormatError::Short {
                 path: path.to_path_buf(),
                 data,
-                present: file_len - data_start,
+                present: file_len.saturating_sub(data_start),
             });
         }
         _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
@@ -975,10 +981,17 @@ mod tests {
             reason(b"<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code></Error>"),
             web
         );
+        // Files whose first bytes are a plausible length are cut short, whatever those bytes
+        // look like as text: 60 is `<` and seven zero bytes.
         assert_eq!(
-            reason(b"<p>"),
-            "this is an HTML or XML page, not a safetensors file: likely a server's error page \
-             saved by a failed download; download the file again [HeaderTooSmall]"
+            reason(&60u64.to_le_bytes()),
+            "the file ends inside its header: 60 header bytes declared, 0 there (cut short by an \
+             interrupted download or copy, or a full disk?) [InvalidHeaderLength]"
+        );
+        assert_eq!(
+            reason(b"{\0"),
+            "the file is only 2 bytes, too short for the 8-byte header length (cut short by an \
+             interrupted download or copy, or a full disk?) [HeaderTooSmall]"
         );
         assert_eq!(
             reason(br#"{"metadata":{"total_size":16},"weight_map":{"w":"a.safetensors"}}"#),
