@@ -98,6 +98,19 @@ headers = {
          for i, c in enumerate("abcdefgh")}, separators=(",", ":")).encode(), 0),
     "dup-offsets": raw_header(b'{"a":{"dtype":"F64","shape":[],"data_offsets":[0,8]},'
                               b'"b":{"dtype":"F32","shape":[],"data_offsets":[0,8]}}', 8),
+    # Paths of src/format.rs's own JSON reader: repeated names and metadata keys (the last wins),
+    # `__metadata__` null, unknown fields it must check in full as the crate's buffering does, an
+    # entry written as an array (only the crate's deserializer takes that), common accidents.
+    "repeats": raw_header(b'{"__metadata__":{"a":"1","a":"2"},"w":{"dtype":"U8","shape":[3],'
+                          b'"data_offsets":[0,3]},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1),
+    "metadata-null": raw_header(b'{"__metadata__":null,"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1),
+    "unknown-fields": raw_header(b'{"w":{"q":{"s":[0.5,-1,1e3,true,null,"\\u00e9"]},"dtype":"U8",'
+                                 b'"shape":[1],"data_offsets":[0,1],"z":{}}}', 1),
+    "unknown-lone-surrogate": raw_header(b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],'
+                                         b'"z":"\\ud800"}}', 1),
+    "array-entry": raw_header(b'{"w":["U8",[1],[0,1]]}', 1),
+    "git-lfs-pointer": b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 1234\n",
+    "html-page": b"\n<!DOCTYPE html><html><body>404</body></html>\n",
 }
 
 namespace = {
