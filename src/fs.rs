@@ -408,6 +408,7 @@ fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
     }
 }
 
@@ -477,6 +478,14 @@ impl Filesystem for TensorFs {
     // fuser's default `batch_forget` calls this for each inode.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.forget_one(ino.0, nlookup);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.ns.get(ino.0).map(|n| n.content) {
+            Some(Content::Link(target)) => reply.data(&target),
+            Some(_) => reply.error(Errno::EINVAL),
+            None => reply.error(Errno::ENOENT),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

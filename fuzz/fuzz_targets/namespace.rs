@@ -289,7 +289,7 @@ fn shape_of(tree: &Snapshot, ino: u64, path: PathBuf) -> Shape {
     let node = tree.node(ino).unwrap();
     let head = match node.attr.kind {
         Kind::File => tree.read(ino, 0, 64).unwrap_or_default(),
-        Kind::Dir => Vec::new(),
+        Kind::Dir | Kind::Symlink => Vec::new(),
     };
     (path, node.attr.kind, node.attr.size, head)
 }
@@ -374,6 +374,13 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                 assert_eq!(tree.lookup(ino, b"\0"), None);
                 assert_eq!(tree.lookup(ino, b""), None);
             }
+            Content::Link(target) => {
+                // A kept link is the link at the same place under SOURCE.
+                assert_eq!(node.attr.kind, Kind::Symlink);
+                let real = fs::read_link(source.join(&path)).unwrap();
+                assert_eq!(real.as_os_str().as_bytes(), &target[..], "{path:?}: link target");
+                assert_eq!(node.attr.size, target.len() as u64);
+            }
             content => {
                 assert_eq!(node.attr.kind, Kind::File);
                 assert_eq!(tree.children(ino), None);
@@ -409,7 +416,7 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                             .unwrap_or_else(|e| panic!("{path:?}: not JSON: {e}"));
                         assert!(v.is_object(), "{path:?}: not a JSON object");
                     }
-                    Content::Dir(_) => unreachable!(),
+                    Content::Dir(_) | Content::Link(_) => unreachable!(),
                 }
             }
         }

@@ -235,7 +235,8 @@ fn same_file(a: &Node, b: &Node) -> bool {
                     tensor: u,
                 },
             ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(t, u),
-            (Content::Generated(x), Content::Generated(y)) => x == y,
+            (Content::Generated(x), Content::Generated(y))
+            | (Content::Link(x), Content::Link(y)) => x == y,
             _ => false,
         }
 }

@@ -97,6 +97,12 @@ pub(super) fn file_attr(meta: &Metadata, size: u64) -> Attr {
     attr(meta, Kind::File, size, meta.mode() & 0o555)
 }
 
+/// A symbolic link kept as a link: its own owner and mtime (`meta`, from `lstat`), its target's
+/// length as its size, and `rwxrwxrwx` as every link has.
+pub(super) fn link_attr(meta: &Metadata, target_len: usize) -> Attr {
+    attr(meta, Kind::Symlink, target_len as u64, 0o777)
+}
+
 /// A directory that lists the tensors of `owner` (a safetensors file, or an index) and of `also`
 /// (the shards the index names): owned like `owner`, and r-x for a class of users only if every
 /// user of that class may read every one of the files, so that listing tensor names and sizes

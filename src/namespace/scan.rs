@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fs::{self, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,11 +38,18 @@ pub(super) struct Entry {
     pub what: What,
 }
 
-/// What an entry is, links followed.
+/// What an entry is, links followed, except links kept as links (see [`kept_link`]).
 #[derive(Debug, Clone)]
 pub(super) enum What {
     Dir(Metadata),
     File(Metadata),
+    /// A symbolic link shown as itself: `meta` is its own (`lstat`), `target` its text, and `to`
+    /// what it leads to inside SOURCE (a directory or a file).
+    Link {
+        meta: Metadata,
+        target: PathBuf,
+        to: Box<What>,
+    },
     /// Not shown, and why (a dangling link, a FIFO, ...). `warn`: worth a warning.
     Skipped {
         why: String,
@@ -51,6 +58,15 @@ pub(super) enum What {
 }
 
 impl What {
+    /// The file this is, or a kept link leads to.
+    pub fn file(&self) -> Option<&Metadata> {
+        match self {
+            What::File(m) => Some(m),
+            What::Link { to, .. } => to.file(),
+            _ => None,
+        }
+    }
+
     /// Whether two scans saw the same thing: the same directory, the same file version, or the
     /// same reason to skip.
     pub fn same(&self, other: &What) -> bool {
@@ -58,34 +74,60 @@ impl What {
             (What::Dir(a), What::Dir(b)) => FileId::of(a) == FileId::of(b),
             (What::File(a), What::File(b)) => Version::of(a) == Version::of(b),
             (What::Skipped { why: a, .. }, What::Skipped { why: b, .. }) => a == b,
+            (
+                What::Link {
+                    meta: a,
+                    target: ta,
+                    to: xa,
+                },
+                What::Link {
+                    meta: b,
+                    target: tb,
+                    to: xb,
+                },
+            ) => ta == tb && Version::of(a) == Version::of(b) && xa.same(xb),
             _ => false,
         }
     }
 }
 
 impl Scan {
-    /// Reads the directory at `path`. Entries on the device `skip_dev` (the mount itself, should
-    /// SOURCE contain it) are skipped.
-    pub fn read(path: &Path, skip_dev: Option<u64>) -> std::io::Result<Scan> {
+    /// Reads the directory at `path`, inside SOURCE whose real path is `root`. Entries on the
+    /// device `skip_dev` (the mount itself, should SOURCE contain it) are skipped.
+    pub fn read(path: &Path, root: &Path, skip_dev: Option<u64>) -> std::io::Result<Scan> {
         let meta = fs::metadata(path)?;
         if !meta.is_dir() {
             return Err(std::io::Error::other("not a directory"));
         }
-        let listed: Vec<(Arc<[u8]>, PathBuf)> = fs::read_dir(path)?
+        let listed: Vec<(Arc<[u8]>, PathBuf, bool)> = fs::read_dir(path)?
             .filter_map(Result::ok)
-            .map(|e| (e.file_name().as_bytes().into(), e.path()))
+            .map(|e| {
+                let link = e.file_type().is_ok_and(|t| t.is_symlink());
+                (e.file_name().as_bytes().into(), e.path(), link)
+            })
             .collect();
         // On storage far away, each `stat` is a round trip: several go at once.
         let remote = fs::File::open(path).is_ok_and(|d| is_remote(&d));
-        let whats = parallel::map(&listed, remote, |(_, p)| {
-            let w = what(p, skip_dev);
+        let whats = parallel::map(&listed, remote, |(_, p, link)| {
+            let followed = what(p, skip_dev);
+            let w = match (link, &followed) {
+                (true, What::Dir(_) | What::File(_)) => match kept_link(p, root) {
+                    Some((meta, target)) => What::Link {
+                        meta,
+                        target,
+                        to: Box::new(followed),
+                    },
+                    None => followed,
+                },
+                _ => followed,
+            };
             parallel::step();
             w
         });
         let mut entries: Vec<Entry> = listed
             .into_iter()
             .zip(whats)
-            .map(|((name, path), what)| Entry { name, path, what })
+            .map(|((name, path, _), what)| Entry { name, path, what })
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Scan {
@@ -141,6 +183,39 @@ fn what(path: &Path, skip_dev: Option<u64>) -> What {
             }
         }
     }
+}
+
+/// The link at `path`, kept as a link: its own metadata and target, if that target is relative and
+/// leads, word by word from the link's directory, to the very path the link resolves to, inside
+/// `root` (SOURCE). Such a link leads through the mount to the mirror of its target, as a Hugging
+/// Face snapshot's `../../blobs/HASH` does. Other links are followed (shown as what they lead to):
+/// absolute ones, and those leading out of SOURCE or through other links.
+fn kept_link(path: &Path, root: &Path) -> Option<(Metadata, PathBuf)> {
+    let target = fs::read_link(path).ok()?;
+    let lexical = lexical_target(path.parent()?, &target)?;
+    if !lexical.starts_with(root) || fs::canonicalize(path).ok()? != lexical {
+        return None;
+    }
+    Some((fs::symlink_metadata(path).ok()?, target))
+}
+
+/// `target` followed word by word from the directory `dir`, without looking at the filesystem;
+/// `None` for an absolute target or one that climbs above `/`.
+fn lexical_target(dir: &Path, target: &Path) -> Option<PathBuf> {
+    let mut out = dir.to_path_buf();
+    for part in target.components() {
+        match part {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
 }
 
 /// Whether `name` is what a downloader calls a file it has not finished: `*.incomplete`
@@ -233,5 +308,55 @@ mod tests {
         }
         assert!(is_partial_dir(Path::new("/cache/.locks/models--a--b")));
         assert!(!is_partial_dir(Path::new("/cache/models--a--b/blobs")));
+    }
+
+    #[test]
+    fn link_targets_are_followed_word_by_word() {
+        let dir = Path::new("/c/models--a--b/snapshots/abc");
+        let cases: &[(&str, Option<&str>)] = &[
+            ("../../blobs/123", Some("/c/models--a--b/blobs/123")),
+            ("./x/../y", Some("/c/models--a--b/snapshots/abc/y")),
+            ("sub/file", Some("/c/models--a--b/snapshots/abc/sub/file")),
+            ("../../../../..", None),
+            ("../../../../../x", None),
+            ("/c/models--a--b/blobs/123", None),
+            ("", Some("/c/models--a--b/snapshots/abc")),
+        ];
+        for (target, want) in cases {
+            assert_eq!(
+                lexical_target(dir, Path::new(target)).as_deref(),
+                want.map(Path::new),
+                "{target}"
+            );
+        }
+    }
+
+    #[test]
+    fn links_are_kept_only_where_they_lead_inside_source_by_their_own_words() {
+        let root = std::env::temp_dir().join(format!("tm-scan-links-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("blobs")).unwrap();
+        fs::create_dir_all(root.join("snap/sub")).unwrap();
+        fs::create_dir_all(root.join("elsewhere")).unwrap();
+        let root = fs::canonicalize(&root).unwrap();
+        fs::write(root.join("blobs/1"), b"x").unwrap();
+        let link = |target: &str, at: &str| {
+            std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+            root.join(at)
+        };
+        let kept = |p: &Path| kept_link(p, &root).map(|(_, t)| t);
+        let hf = link("../blobs/1", "snap/model.safetensors");
+        assert_eq!(kept(&hf), Some(PathBuf::from("../blobs/1")));
+        assert_eq!(kept(&link("..", "snap/up")), Some(PathBuf::from("..")));
+        // Absolute, leading out, or through another link: followed instead.
+        let abs = root.join("blobs/1");
+        assert_eq!(kept(&link(abs.to_str().unwrap(), "snap/abs")), None);
+        assert_eq!(kept(&link("../../..", "snap/out")), None);
+        link("../snap", "elsewhere/snap-link");
+        assert_eq!(kept(&link("../elsewhere/snap-link/up", "snap/via")), None);
+        assert_eq!(kept(&link("nowhere", "snap/dangling")), None);
+        // Not a link at all.
+        assert_eq!(kept(&root.join("blobs/1")), None);
+        fs::remove_dir_all(&root).unwrap();
     }
 }

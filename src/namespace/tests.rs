@@ -440,6 +440,14 @@ fn an_index_rewritten_in_place_hides_its_set_until_it_settles() {
     assert!(at(&m.snap, "m.tensors").is_some());
 }
 
+/// The target of the kept link at `path`.
+fn link_target(s: &Snapshot, path: &str) -> Option<Vec<u8>> {
+    match &s.node(at(s, path)?)?.content {
+        Content::Link(t) => Some(t.to_vec()),
+        _ => None,
+    }
+}
+
 #[test]
 fn a_directory_replaced_through_its_link_is_a_new_subtree() {
     let d = Dir::new();
@@ -447,13 +455,15 @@ fn a_directory_replaced_through_its_link_is_a_new_subtree() {
         fs::create_dir(d.join(v)).unwrap();
         publish(&d.join(&format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
     }
-    symlink("v1", d.join("current")).unwrap();
+    // An absolute link is followed: the directory it leads to is shown under its name.
+    symlink(d.join("v1"), d.join("current")).unwrap();
     let mut m = Mount::new(&d.0, SETTLE);
     let v1 = inos(&m.snap, "v1");
     let old = at(&m.snap, "current/m.tensors/w");
+    assert!(old.is_some());
 
     // `ln -sfn v2 current`, the usual atomic switch.
-    symlink("v2", d.join("current.new")).unwrap();
+    symlink(d.join("v2"), d.join("current.new")).unwrap();
     fs::rename(d.join("current.new"), d.join("current")).unwrap();
     let diff = m.rescan();
     assert_eq!(removed_names(&diff), ["current"]);
@@ -461,6 +471,46 @@ fn a_directory_replaced_through_its_link_is_a_new_subtree() {
     assert_eq!(diff.new_dirs.len(), 1);
     assert_ne!(at(&m.snap, "current/m.tensors/w"), old);
     assert_eq!(inos(&m.snap, "v1"), v1);
+}
+
+#[test]
+fn a_relative_link_inside_source_stays_a_link_and_a_switch_replaces_it() {
+    let d = Dir::new();
+    for v in ["v1", "v2"] {
+        fs::create_dir(d.join(v)).unwrap();
+        publish(&d.join(&format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
+    }
+    symlink("v1", d.join("current")).unwrap();
+    symlink("v1/m.safetensors", d.join("m.safetensors")).unwrap();
+    let mut m = Mount::new(&d.0, SETTLE);
+    let (v1, v2) = (inos(&m.snap, "v1"), inos(&m.snap, "v2"));
+    assert_eq!(link_target(&m.snap, "current").as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        m.snap
+            .node(at(&m.snap, "current").unwrap())
+            .unwrap()
+            .attr
+            .kind,
+        Kind::Symlink
+    );
+    // A link to a safetensors file gets the file's tensors beside it.
+    assert_eq!(
+        link_target(&m.snap, "m.safetensors").as_deref(),
+        Some(&b"v1/m.safetensors"[..])
+    );
+    assert_eq!(names(&m.snap, "m.tensors"), ["w"]);
+    assert_eq!(
+        bytes(&m.snap, "m.tensors/w"),
+        bytes(&m.snap, "v1/m.tensors/w")
+    );
+
+    symlink("v2", d.join("current.new")).unwrap();
+    fs::rename(d.join("current.new"), d.join("current")).unwrap();
+    let diff = m.rescan();
+    assert_eq!(removed_names(&diff), ["current"]);
+    assert!(diff.gone_dirs.is_empty() && diff.new_dirs.is_empty());
+    assert_eq!(link_target(&m.snap, "current").as_deref(), Some(&b"v2"[..]));
+    assert_eq!((inos(&m.snap, "v1"), inos(&m.snap, "v2")), (v1, v2));
 }
 
 #[test]

@@ -41,6 +41,8 @@ pub struct Writer {
     records: HashMap<Ino, Box<Record>>,
     registry: Registry,
     next_ino: Ino,
+    /// The real path of SOURCE: links inside it are kept as links.
+    root: PathBuf,
     /// The device of the mount itself, never entered.
     skip_dev: Option<u64>,
     /// Building at mount: `strict` applies.
@@ -134,6 +136,7 @@ impl Writer {
             records: HashMap::new(),
             registry: Registry::default(),
             next_ino: ROOT + 1,
+            root: canonical.clone(),
             skip_dev: None,
             mounting: true,
         };
@@ -141,7 +144,7 @@ impl Writer {
         let mut c = Commit::new(&empty, w.next_ino);
         let mut budget = MAX_NODES;
         let record = if meta.is_dir() {
-            let scan = Scan::read(&canonical, None)
+            let scan = Scan::read(&canonical, &canonical, None)
                 .map_err(|e| path_error(source, format!("cannot read directory: {e}")))?;
             let (record, children) = w.fresh_dir(canonical, scan, &[], &mut budget)?;
             let root = root_node(
@@ -327,7 +330,7 @@ impl Writer {
             return Ok(false);
         }
         let scanned_at = SystemTime::now();
-        let scan = match Scan::read(&rec.path, self.skip_dev) {
+        let scan = match Scan::read(&rec.path, &self.root, self.skip_dev) {
             Ok(s) if d == ROOT || FileId::of(&s.meta) == FileId::of(&rec.scan.meta) => s,
             Ok(_) => return Ok(true),
             Err(_) if d != ROOT => return Ok(true),
@@ -491,10 +494,7 @@ impl Writer {
             .scan
             .entries
             .iter()
-            .filter_map(|e| match &e.what {
-                What::File(m) => Some((&*e.path, m)),
-                _ => None,
-            })
+            .filter_map(|e| e.what.file().map(|m| (&*e.path, m)))
             .collect();
         let mut opened = self.registry.get_all(&wanted, d.scan.remote).into_iter();
         for e in &d.scan.entries {
@@ -524,13 +524,18 @@ impl Writer {
                         drafts.push(dir);
                     }
                 }
-                What::File(_) => match opened.next().unwrap_or_else(|| Err("not opened".into())) {
-                    Ok(s) => files.push((e.name.clone(), s)),
-                    Err(err) if !known => {
-                        warn!("{}: cannot open, skipped: {err}", e.path.display())
+                What::Link { meta, target, to } if !matches!(**to, What::File(_)) => {
+                    drafts.push(link_draft(e.name.clone(), meta, target));
+                }
+                What::File(_) | What::Link { .. } => {
+                    match opened.next().unwrap_or_else(|| Err("not opened".into())) {
+                        Ok(s) => files.push((e.name.clone(), s)),
+                        Err(err) if !known => {
+                            warn!("{}: cannot open, skipped: {err}", e.path.display())
+                        }
+                        Err(_) => {}
                     }
-                    Err(_) => {}
-                },
+                }
                 What::Skipped { why, warn: true } if !known => {
                     warn!("{}: {why}", e.path.display())
                 }
@@ -539,6 +544,11 @@ impl Writer {
         }
         let (generated, errors) = self.generated(d, &drafts, &files, budget)?;
         for (name, source) in files {
+            // A kept link to a file still gets the file's `.tensors/` (above), but shows as a link.
+            if let Some(What::Link { meta, target, .. }) = d.scan.get(&name).map(|e| &e.what) {
+                drafts.push(link_draft(name, meta, target));
+                continue;
+            }
             let error = errors.get(&name).cloned();
             drafts.push(Draft::file(
                 name,
@@ -582,7 +592,7 @@ impl Writer {
             ));
         }
         *budget -= 1;
-        let scan = match Scan::read(&e.path, self.skip_dev) {
+        let scan = match Scan::read(&e.path, &self.root, self.skip_dev) {
             Ok(s) => s,
             Err(err) => {
                 warn!(
@@ -937,6 +947,16 @@ impl Record {
 }
 
 /// The record of a single-file SOURCE: the file's own `stat`, no entries.
+/// A symbolic link kept as a link (see [`What::Link`]).
+fn link_draft(name: Arc<[u8]>, meta: &Metadata, target: &Path) -> Draft {
+    let target: Arc<[u8]> = Arc::from(target.as_os_str().as_bytes());
+    Draft::file(
+        name,
+        draft::link_attr(meta, target.len()),
+        super::Content::Link(target),
+    )
+}
+
 fn file_scan(meta: Metadata) -> Scan {
     Scan {
         meta,

@@ -10,6 +10,11 @@ Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
   oracle.py load-all SRC                JSON {name: [dtype, shape, sha256]}
   oracle.py save PATH SEED NAME...      write PATH with the official writer: one float32
                                         tensor of 1024 values per NAME, from SEED
+  oracle.py hf-cache CACHE REPO_ID...   JSON of what huggingface_hub finds in the cache
+                                        CACHE (scan_cache_dir; files under a
+                                        `*.tensors/` directory left out) and, for
+                                        each REPO_ID, what snapshot_download
+                                        resolves offline, with each file's sha256
 
 SRC is a .safetensors file or a directory; for a directory every *.safetensors
 file directly inside it is used (tensor names must be unique across them).
@@ -266,6 +271,46 @@ def load_all(src):
     return 0
 
 
+def hf_cache(cache, repo_ids):
+    """huggingface_hub as the oracle of a cache: its repos, revisions, files and blobs, with
+    paths relative to CACHE so that a cache and its mount compare equal. Needs huggingface_hub."""
+    from huggingface_hub import scan_cache_dir, snapshot_download
+
+    def generated(path):
+        return any(part.endswith(".tensors") for part in path.relative_to(cache).parts)
+
+    def rel(path):
+        return str(path.relative_to(cache))
+
+    info = scan_cache_dir(cache)
+    repos = {}
+    for repo in info.repos:
+        revisions = {}
+        for rev in repo.revisions:
+            files = {rel(f.file_path): [rel(f.blob_path), f.size_on_disk]
+                     for f in rev.files if not generated(f.file_path)}
+            revisions[rev.commit_hash] = {"refs": sorted(rev.refs), "files": files}
+        blobs = {b for r in revisions.values() for b, _ in r["files"].values()}
+        size = sum(os.stat(os.path.join(cache, b)).st_size for b in blobs)
+        repos[repo.repo_id] = {"type": repo.repo_type, "revisions": revisions,
+                               "blobs": sorted(blobs), "size_on_disk": size}
+    warnings = sorted(str(w) for w in info.warnings)
+    downloads = {}
+    for repo_id in repo_ids:
+        snap = snapshot_download(repo_id, cache_dir=cache, local_files_only=True)
+        files = {}
+        for root, dirs, names in os.walk(snap):
+            dirs[:] = [d for d in dirs if not d.endswith(".tensors")]
+            for name in names:
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, snap)] = hashlib.sha256(f.read()).hexdigest()
+        downloads[repo_id] = {"snapshot": os.path.relpath(snap, cache), "files": files}
+    print(json.dumps({"repos": repos, "warnings": warnings, "downloads": downloads},
+                     sort_keys=True, indent=1))
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -281,6 +326,9 @@ def main():
     p.add_argument("path")
     p.add_argument("seed", type=int)
     p.add_argument("names", nargs="+")
+    p = sub.add_parser("hf-cache")
+    p.add_argument("cache")
+    p.add_argument("repo_ids", nargs="*")
     args = parser.parse_args()
 
     if args.cmd == "write-fixtures":
@@ -289,6 +337,9 @@ def main():
         return compare(args.src, args.tensor_dir, args.allow_extra, args.npy)
     if args.cmd == "save":
         return save(args.path, args.seed, args.names)
+    if args.cmd == "hf-cache":
+        from pathlib import Path
+        return hf_cache(Path(args.cache), args.repo_ids)
     return load_all(args.src)
 
 
