@@ -2,7 +2,6 @@
 //! Parses and checks the index on its own; checking it against the shards is the namespace's job.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 
 use std::fmt;
 
@@ -45,31 +44,15 @@ pub fn parse(bytes: &[u8]) -> Result<Index, String> {
         Some(Value::Object(m)) => Some(m),
         Some(_) => return Err("index `metadata` is not an object".into()),
     };
-    let Some(StrictMap(map)) = top.weight_map else {
+    let Some(StrictMap { shards, bad }) = top.weight_map else {
         return Err("index has no `weight_map` object".into());
     };
     // Entries are checked in any order, but the one reported is the first by name, as a sorted
     // walk would find it.
-    let mut weight_map = HashMap::with_capacity(map.len());
-    let mut first_bad: Option<(String, String)> = None;
-    for (tensor, shard) in map {
-        let problem = match shard {
-            Value::String(shard) if is_plain_file_name(&shard) => {
-                weight_map.insert(tensor, shard);
-                continue;
-            }
-            Value::String(shard) => format!(
-                "weight_map entry for tensor `{tensor}` is `{shard}`, not a file name in the index's directory"
-            ),
-            _ => format!("weight_map entry for tensor `{tensor}` is not a string"),
-        };
-        if first_bad.as_ref().is_none_or(|(t, _)| tensor < *t) {
-            first_bad = Some((tensor, problem));
-        }
-    }
-    if let Some((_, problem)) = first_bad {
+    if let Some((_, problem)) = bad.into_iter().min() {
         return Err(problem);
     }
+    let weight_map = shards;
     Ok(Index {
         weight_map,
         metadata,
@@ -82,9 +65,63 @@ struct IndexFile {
     weight_map: Option<StrictMap>,
 }
 
-/// A JSON object in which a key given twice is an error (serde_json keeps the last one silently,
-/// which would let an index list a tensor twice with two different shards).
-struct StrictMap(HashMap<String, Value>);
+/// The `weight_map` object, read in one pass: the shard of each tensor, and the entries that do
+/// not name a file of the index's directory, with why. A key given twice is an error (serde_json
+/// keeps the last one silently, which would let an index list a tensor twice with two different
+/// shards).
+struct StrictMap {
+    shards: HashMap<String, String>,
+    bad: HashMap<String, String>,
+}
+
+/// A `weight_map` value: a string, or anything else (parsed in full, so that invalid JSON in it
+/// still breaks the index).
+enum ShardValue {
+    Name(String),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ShardValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Shard;
+        impl<'de> Visitor<'de> for Shard {
+            type Value = ShardValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ShardValue, E> {
+                Ok(ShardValue::Name(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<ShardValue, E> {
+                Ok(ShardValue::Name(v))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ShardValue, E> {
+                Ok(ShardValue::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<ShardValue, E> {
+                Ok(ShardValue::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<ShardValue, E> {
+                Ok(ShardValue::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<ShardValue, E> {
+                Ok(ShardValue::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ShardValue, E> {
+                Ok(ShardValue::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ShardValue, A::Error> {
+                while seq.next_element::<Value>()?.is_some() {}
+                Ok(ShardValue::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ShardValue, A::Error> {
+                while map.next_entry::<String, Value>()?.is_some() {}
+                Ok(ShardValue::Other)
+            }
+        }
+        d.deserialize_any(Shard)
+    }
+}
 
 impl<'de> Deserialize<'de> for IndexFile {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -132,22 +169,35 @@ impl<'de> Deserialize<'de> for StrictMap {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictMap, A::Error> {
-                let mut out = HashMap::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(key) = map.next_key::<String>()? {
-                    let value: Value = map.next_value()?;
-                    match out.entry(key) {
-                        Entry::Occupied(e) => {
-                            return Err(de::Error::custom(format!(
-                                "weight_map lists tensor `{}` twice",
-                                e.key()
-                            )));
+                let mut out = StrictMap {
+                    shards: HashMap::with_capacity(map.size_hint().unwrap_or(0)),
+                    bad: HashMap::new(),
+                };
+                while let Some(tensor) = map.next_key::<String>()? {
+                    if out.shards.contains_key(&tensor) || out.bad.contains_key(&tensor) {
+                        return Err(de::Error::custom(format!(
+                            "weight_map lists tensor `{tensor}` twice"
+                        )));
+                    }
+                    match map.next_value()? {
+                        ShardValue::Name(shard) if is_plain_file_name(&shard) => {
+                            out.shards.insert(tensor, shard);
                         }
-                        Entry::Vacant(e) => {
-                            e.insert(value);
+                        ShardValue::Name(shard) => {
+                            let problem = format!(
+                                "weight_map entry for tensor `{tensor}` is `{shard}`, not a file \
+                                 name in the index's directory"
+                            );
+                            out.bad.insert(tensor, problem);
+                        }
+                        ShardValue::Other => {
+                            let problem =
+                                format!("weight_map entry for tensor `{tensor}` is not a string");
+                            out.bad.insert(tensor, problem);
                         }
                     }
                 }
-                Ok(StrictMap(out))
+                Ok(out)
             }
         }
         d.deserialize_map(Strict)

@@ -30,9 +30,14 @@ impl Plan {
     pub fn of(idx: Index) -> Plan {
         let mut shards: BTreeMap<String, (usize, u64)> = BTreeMap::new();
         for (tensor, shard) in &idx.weight_map {
-            let (count, digest) = shards.entry(shard.clone()).or_default();
-            *count += 1;
-            *digest = digest.wrapping_add(name_hash(tensor));
+            // Tens of thousands of tensors name a few hundred shards: clone each name once.
+            if !shards.contains_key(shard) {
+                shards.insert(shard.clone(), (0, 0));
+            }
+            if let Some((count, digest)) = shards.get_mut(shard) {
+                *count += 1;
+                *digest = digest.wrapping_add(name_hash(tensor));
+            }
         }
         Plan {
             shards,

@@ -665,7 +665,7 @@ impl Writer {
         };
 
         // The headers and indexes about to be used are read several at a time first.
-        let unread: Vec<(&Arc<Source>, bool)> = files
+        let mut unread: Vec<(&Arc<Source>, bool)> = files
             .iter()
             .filter(|(name, _)| interpretable(name) && !in_flux(name))
             .filter_map(|(name, source)| {
@@ -677,6 +677,9 @@ impl Writer {
             })
             .filter(|(source, index)| !source.is_read(*index))
             .collect();
+        // Taken in order by the threads: an index (tens of megabytes of JSON for a large model,
+        // the longest single job) starts first rather than after every header.
+        unread.sort_by_key(|(_, index)| !index);
         let remote = unread.iter().any(|(s, _)| s.remote);
         parallel::map(&unread, remote, |(source, index)| source.read(*index));
 
