@@ -765,6 +765,14 @@ fn one_million_tensors_mount_within_memory_budget() {
         mib(field(&st, "RssAnon")),
         mib(field(&st, "RssFile"))
     );
+    // The peak, parsing included: the header is read in one pass, never buffered as a whole
+    // tree of JSON values (that peaked near 1 GiB).
+    let peak = field(&st, "VmHWM");
+    assert!(
+        peak < 512 * 1024,
+        "daemon VmHWM while mounting 1,000,000 tensors is {:.0} MiB (budget 512 MiB)",
+        mib(peak)
+    );
     let anon = field(&st, "RssAnon");
     assert!(
         anon < 512 * 1024,

@@ -124,6 +124,41 @@ struct DirInput<'a> {
     ancestors: &'a [FileId],
 }
 
+/// A generated directory of a scan: kept from the last tree, or to be built.
+enum Slot<'a> {
+    Kept(Draft),
+    New(Build<'a>),
+}
+
+/// A generated directory to build: the tensors of one file, or a merged set with what is already
+/// known of it.
+enum Build<'a> {
+    File {
+        dir: Arc<[u8]>,
+        source: &'a Arc<Source>,
+    },
+    Set {
+        dir: Arc<[u8]>,
+        /// The index.
+        path: PathBuf,
+        owner: &'a Metadata,
+        attr: super::Attr,
+        xattrs: Arc<Xattrs>,
+        json: Option<Arc<[u8]>>,
+        entries: Vec<layout::Entry>,
+    },
+}
+
+impl Build<'_> {
+    /// The file the directory stands for, for messages.
+    fn origin(&self) -> &Path {
+        match self {
+            Build::File { source, .. } => &source.path,
+            Build::Set { path, .. } => path,
+        }
+    }
+}
+
 impl Writer {
     /// Builds the tree for SOURCE (a `.safetensors` file or a directory). Problems with single
     /// files inside a directory are warnings (errors with `strict`); anything else is an error.
@@ -767,11 +802,8 @@ impl Writer {
             if !is_index {
                 let inputs = vec![source.clone()];
                 let draft = match self.kept_generated(d, &dir, &inputs) {
-                    Some(keep) => keep,
-                    None => {
-                        let (attr, xattrs, children) = self.file_tensors(source, budget)?;
-                        Draft::generated_dir(dir, attr, xattrs, children)
-                    }
+                    Some(keep) => Slot::Kept(keep),
+                    None => Slot::New(Build::File { dir, source }),
                 };
                 out.push((draft, inputs));
                 continue;
@@ -815,7 +847,7 @@ impl Writer {
             let mut inputs = vec![source.clone()];
             inputs.extend(merged.shards.iter().cloned());
             let draft = match self.kept_generated(d, &dir, &inputs) {
-                Some(keep) => keep,
+                Some(keep) => Slot::Kept(keep),
                 None => {
                     let metadata = plan.metadata.clone();
                     let json = metadata
@@ -829,20 +861,87 @@ impl Writer {
                     );
                     let shards: Vec<&Metadata> = merged.shards.iter().map(|s| &s.meta).collect();
                     let attr = draft::tensor_dir_attr(&source.meta, &shards);
-                    let children = self.tensor_entries(
-                        &path,
-                        &source.meta,
-                        &attr,
-                        merged.entries,
+                    Slot::New(Build::Set {
+                        dir,
+                        path,
+                        owner: &source.meta,
+                        attr,
+                        xattrs,
                         json,
-                        budget,
-                    )?;
-                    Draft::generated_dir(dir, attr, xattrs, children)
+                        entries: merged.entries,
+                    })
                 }
             };
             out.push((draft, inputs));
         }
-        Ok((out, errors))
+        // The directories to build are laid out several at a time (a model of 163 shards has 164,
+        // with 92,000 tensors in the merged one), each within what is left of the node budget.
+        let builds: Vec<&Build<'_>> = out
+            .iter()
+            .filter_map(|(slot, _)| match slot {
+                Slot::New(b) => Some(b),
+                Slot::Kept(_) => None,
+            })
+            .collect();
+        let left = *budget;
+        let mut built =
+            parallel::map(&builds, false, |b| self.build_generated(b, left)).into_iter();
+        let mut drafts = Vec::with_capacity(out.len());
+        for (draft, inputs) in out {
+            let draft = match draft {
+                Slot::Kept(keep) => keep,
+                Slot::New(b) => {
+                    // One result per build, in order (built here should the map fall short).
+                    let draft = built
+                        .next()
+                        .unwrap_or_else(|| self.build_generated(&b, left))?;
+                    *budget = budget.checked_sub(draft.count()).ok_or_else(|| {
+                        path_error(
+                            b.origin(),
+                            format!("the tree would have over {MAX_NODES} entries"),
+                        )
+                    })?;
+                    draft
+                }
+            };
+            drafts.push((draft, inputs));
+        }
+        Ok((drafts, errors))
+    }
+
+    /// A generated directory new to the tree (see [`Build`]), its entries counted against
+    /// `budget`.
+    fn build_generated(&self, b: &Build<'_>, mut budget: usize) -> Result<Draft, BuildError> {
+        match b {
+            Build::File { dir, source } => {
+                let (attr, xattrs, children) = self.file_tensors(source, &mut budget)?;
+                Ok(Draft::generated_dir(dir.clone(), attr, xattrs, children))
+            }
+            Build::Set {
+                dir,
+                path,
+                owner,
+                attr,
+                xattrs,
+                json,
+                entries,
+            } => {
+                let children = self.tensor_entries(
+                    path,
+                    owner,
+                    attr,
+                    entries.clone(),
+                    json.clone(),
+                    &mut budget,
+                )?;
+                Ok(Draft::generated_dir(
+                    dir.clone(),
+                    *attr,
+                    xattrs.clone(),
+                    children,
+                ))
+            }
+        }
     }
 
     /// The old generated directory `name` if it was built from the same sources.
