@@ -12,15 +12,7 @@ use crate::refresh::{self, Mode};
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 #[derive(Debug, Parser)]
-#[command(
-    name = "tensormount",
-    version,
-    after_help = "fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0\n\
-                  Options (-o): allow_other, allow_root, auto_unmount, fsname=NAME, strict, npy, layout=flat|tree, \
-                  refresh=auto|inotify|poll|off, refresh_interval=SECS, settle=SECS, source_idle=SECS; the generic \
-                  mount options (ro, rw, nodev, nosuid, noexec, noatime, nofail, _netdev, defaults, x-*, ...) \
-                  are accepted and ignored (the mount is always read-only)."
-)]
+#[command(name = "tensormount", version)]
 pub struct Args {
     /// Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as
     /// `mount.tensormount`, `-f` is mount(8)'s "fake": exit 0 without mounting.
@@ -51,8 +43,13 @@ pub struct Args {
     #[arg(short = 't', value_name = "TYPE", hide = true)]
     pub fstype: Option<String>,
 
-    /// Mount options, comma-separated (`\,` for a literal comma); may be repeated.
-    #[arg(short = 'o', value_name = "OPT[,OPT...]")]
+    /// Mount options, comma-separated (`\,` for a literal comma); may be repeated. See below.
+    #[arg(
+        short = 'o',
+        value_name = "OPT[,OPT...]",
+        value_parser = OptionList,
+        hide_possible_values = true
+    )]
     pub options: Vec<String>,
 
     /// Mount nothing: validate SOURCE as a mount would and print one row per tensor.
@@ -80,6 +77,116 @@ impl Args {
                 "-t {t}: not a tensormount type (expected fuse.tensormount or tensormount)"
             )),
         }
+    }
+}
+
+/// The `-o` options tensormount acts on, with what each does: the one list that `--help`, the man
+/// page and the shell completions show (a test holds the README's table to it).
+pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
+    (
+        "allow_other",
+        "other users may use the mount; the kernel still checks each file's permission bits",
+    ),
+    ("allow_root", "root may use the mount too"),
+    ("auto_unmount", "fusermount3 unmounts if the daemon dies"),
+    (
+        "fsname=NAME",
+        "the device column of /proc/mounts (default: the absolute source path)",
+    ),
+    (
+        "strict",
+        "any invalid safetensors file or broken index fails the mount instead of a warning",
+    ),
+    (
+        "npy",
+        "a NAME.npy view beside each tensor numpy can describe",
+    ),
+    (
+        "layout=flat|tree",
+        "tensor files named after the whole name (flat, the default), or in directories split on \
+         `.` and `/`",
+    ),
+    (
+        "refresh=auto|inotify|poll|off",
+        "how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on \
+         network and FUSE filesystems; off: never)",
+    ),
+    (
+        "refresh_interval=SECS",
+        "the polling period, default 30 (fractions allowed)",
+    ),
+    (
+        "settle=SECS",
+        "how long a file seen changing in place must stay unchanged before it is interpreted \
+         again, default 1",
+    ),
+    (
+        "source_idle=SECS",
+        "a source unused for this long is closed, default 30",
+    ),
+    ("noexec", "passed to the kernel"),
+    (
+        "rw",
+        "accepted with a warning: the mount is always read-only",
+    ),
+];
+
+/// The command line as `--help` shows it: [`Args`] with the mount options listed after.
+pub fn command() -> clap::Command {
+    let width = MOUNT_OPTIONS
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(0);
+    let mut help = String::from("Mount options (-o):\n");
+    for (name, what) in MOUNT_OPTIONS {
+        help.push_str(&format!("  {name:width$}  {what}\n"));
+    }
+    help.push_str(&format!(
+        "  Accepted and ignored (what mount(8), mount.fuse3 and fstab pass): {}, x-*, comment=*.\n\n\
+         fstab: SOURCE MOUNTPOINT fuse.tensormount ro,nofail 0 0",
+        IGNORED.join(", ")
+    ));
+    <Args as clap::CommandFactory>::command().after_help(help)
+}
+
+/// The value parser of `-o`: any text (checked later, by [`MountOptions::parse`]), whose possible
+/// values, for shell completion, are the option names.
+#[derive(Clone)]
+struct OptionList;
+
+impl clap::builder::TypedValueParser for OptionList {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(MOUNT_OPTIONS.iter().flat_map(|(name, what)| {
+            completions(name)
+                .into_iter()
+                .map(move |n| clap::builder::PossibleValue::new(n).help(*what))
+        })))
+    }
+}
+
+/// What a shell completes for one entry of [`MOUNT_OPTIONS`]: `layout=flat|tree` gives
+/// `layout=flat` and `layout=tree`, `fsname=NAME` gives `fsname=`.
+fn completions(name: &str) -> Vec<String> {
+    match name.split_once('=') {
+        None => vec![name.to_string()],
+        Some((key, values)) if values.contains('|') => {
+            values.split('|').map(|v| format!("{key}={v}")).collect()
+        }
+        Some((key, _)) => vec![format!("{key}=")],
     }
 }
 
@@ -133,7 +240,7 @@ impl Default for MountOptions {
 }
 
 /// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.
-const IGNORED: &[&str] = &[
+pub const IGNORED: &[&str] = &[
     "ro",
     "dev",
     "nodev",

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use tensormount::cli::{self, Args, MountOptions};
 use tensormount::fs::{Live, TensorFs, Tuning};
@@ -13,7 +13,10 @@ use tensormount::refresh::{self, Follow, Mode};
 use tensormount::{daemon, listing, logging};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::from_arg_matches(&cli::command().get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
     let helper = std::env::args_os()
         .next()
         .is_some_and(|a| cli::invoked_as_helper(&a));

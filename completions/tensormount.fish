@@ -1,0 +1,28 @@
+complete -c tensormount -l log-file -d 'Append log records to PATH instead of stderr (or syslog, in the background)' -r -F
+complete -c tensormount -s N -d 'mount(8) helper option (mount namespace): accepted and ignored' -r
+complete -c tensormount -s t -d 'mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`' -r
+complete -c tensormount -s o -d 'Mount options, comma-separated (`\\,` for a literal comma); may be repeated. See below' -r -f -a "allow_other\t'other users may use the mount; the kernel still checks each file\'s permission bits'
+allow_root\t'root may use the mount too'
+auto_unmount\t'fusermount3 unmounts if the daemon dies'
+fsname=\t'the device column of /proc/mounts (default: the absolute source path)'
+strict\t'any invalid safetensors file or broken index fails the mount instead of a warning'
+npy\t'a NAME.npy view beside each tensor numpy can describe'
+layout=flat\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
+layout=tree\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
+refresh=auto\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'
+refresh=inotify\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'
+refresh=poll\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'
+refresh=off\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'
+refresh_interval=\t'the polling period, default 30 (fractions allowed)'
+settle=\t'how long a file seen changing in place must stay unchanged before it is interpreted again, default 1'
+source_idle=\t'a source unused for this long is closed, default 30'
+noexec\t'passed to the kernel'
+rw\t'accepted with a warning: the mount is always read-only'"
+complete -c tensormount -s f -l foreground -d 'Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as `mount.tensormount`, `-f` is mount(8)\'s "fake": exit 0 without mounting'
+complete -c tensormount -s n -d 'mount(8) helper flag (no mtab): ignored'
+complete -c tensormount -s s -d 'mount(8) helper flag (sloppy): ignored'
+complete -c tensormount -s v -d 'mount(8) helper flag (verbose): ignored'
+complete -c tensormount -l list -d 'Mount nothing: validate SOURCE as a mount would and print one row per tensor'
+complete -c tensormount -l json -d 'With --list: print JSON instead of a table'
+complete -c tensormount -s h -l help -d 'Print help'
+complete -c tensormount -s V -l version -d 'Print version'
