@@ -159,10 +159,13 @@ fn systemd_analyze_verify_accepts_the_units() {
         }
         seen += 1;
         let text = fs::read_to_string(&path).unwrap();
-        assert!(text.contains("/usr/local/bin/tensormount"), "{name}");
+        assert!(text.contains("ExecStart=tensormount "), "{name}");
         let instance = name.replace("@.", "@llama.");
         let tmp = TempDir::new("unit");
-        let rewritten = text.replace("/usr/local/bin/tensormount", s(&built));
+        let rewritten = text.replace(
+            "ExecStart=tensormount ",
+            &format!("ExecStart={} ", s(&built)),
+        );
         let unit = tmp.join(&instance);
         fs::write(&unit, &rewritten).unwrap();
         let out = Command::new("systemd-analyze")
@@ -200,7 +203,7 @@ fn systemd_analyze_verify_accepts_the_units() {
     for line in [
         "Type=notify",
         "EnvironmentFile=/etc/tensormount/%i.conf",
-        "ExecStart=/usr/local/bin/tensormount -f ${SOURCE} ${MOUNTPOINT} -o ro,${OPTIONS}",
+        "ExecStart=tensormount -f ${SOURCE} ${MOUNTPOINT} -o ro,${OPTIONS}",
         "ExecStopPost=-/bin/umount -l ${MOUNTPOINT}",
         "Restart=on-failure",
     ] {
