@@ -174,15 +174,28 @@ impl<'de> Deserialize<'de> for StrictMap {
                     bad: HashMap::new(),
                 };
                 while let Some(tensor) = map.next_key::<String>()? {
-                    if out.shards.contains_key(&tensor) || out.bad.contains_key(&tensor) {
-                        return Err(de::Error::custom(format!(
-                            "weight_map lists tensor `{tensor}` twice"
-                        )));
+                    let twice =
+                        || de::Error::custom(format!("weight_map lists tensor `{tensor}` twice"));
+                    if !out.bad.is_empty() && out.bad.contains_key(&tensor) {
+                        return Err(twice());
                     }
                     match map.next_value()? {
                         ShardValue::Name(shard) if is_plain_file_name(&shard) => {
-                            out.shards.insert(tensor, shard);
+                            // One lookup for the check and the insert.
+                            match out.shards.entry(tensor) {
+                                std::collections::hash_map::Entry::Occupied(e) => {
+                                    return Err(de::Error::custom(format!(
+                                        "weight_map lists tensor `{}` twice",
+                                        e.key()
+                                    )));
+                                }
+                                std::collections::hash_map::Entry::Vacant(e) => {
+                                    e.insert(shard);
+                                }
+                            }
+                            continue;
                         }
+                        _ if out.shards.contains_key(&tensor) => return Err(twice()),
                         ShardValue::Name(shard) => {
                             let problem = format!(
                                 "weight_map entry for tensor `{tensor}` is `{shard}`, not a file \

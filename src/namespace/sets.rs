@@ -28,17 +28,18 @@ pub(super) struct Plan {
 
 impl Plan {
     pub fn of(idx: Index) -> Plan {
-        let mut shards: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        // Tens of thousands of tensors name a few hundred shards: counted by borrowed name, then
+        // each name is cloned once.
+        let mut by_shard: HashMap<&str, (usize, u64)> = HashMap::new();
         for (tensor, shard) in &idx.weight_map {
-            // Tens of thousands of tensors name a few hundred shards: clone each name once.
-            if !shards.contains_key(shard) {
-                shards.insert(shard.clone(), (0, 0));
-            }
-            if let Some((count, digest)) = shards.get_mut(shard) {
-                *count += 1;
-                *digest = digest.wrapping_add(name_hash(tensor));
-            }
+            let (count, digest) = by_shard.entry(shard.as_str()).or_default();
+            *count += 1;
+            *digest = digest.wrapping_add(name_hash(tensor));
         }
+        let shards: BTreeMap<String, (usize, u64)> = by_shard
+            .into_iter()
+            .map(|(shard, v)| (shard.to_string(), v))
+            .collect();
         Plan {
             shards,
             metadata: idx.metadata,
