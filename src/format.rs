@@ -258,14 +258,27 @@ impl fmt::Display for FormatError {
 
 impl std::error::Error for FormatError {}
 
-/// The crate's name for the rule an error breaks (its variant name, e.g. `HeaderTooLarge`).
+/// The crate's name for the rule an error breaks (its variant name, e.g. `HeaderTooLarge`). The
+/// match is exhaustive: a rule the crate adds fails the build here until it is named.
 pub fn rule_name(e: &SafeTensorError) -> String {
-    let debug = format!("{e:?}");
-    debug
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .next()
-        .unwrap_or_default()
-        .to_string()
+    use SafeTensorError as E;
+    match e {
+        E::InvalidHeader(_) => "InvalidHeader",
+        E::InvalidHeaderDeserialization(_) => "InvalidHeaderDeserialization",
+        E::HeaderTooLarge => "HeaderTooLarge",
+        E::HeaderTooSmall => "HeaderTooSmall",
+        E::InvalidHeaderLength => "InvalidHeaderLength",
+        E::TensorNotFound(_) => "TensorNotFound",
+        E::TensorInvalidInfo => "TensorInvalidInfo",
+        E::InvalidOffset(_) => "InvalidOffset",
+        E::IoError(_) => "IoError",
+        E::JsonError(_) => "JsonError",
+        E::InvalidTensorView(..) => "InvalidTensorView",
+        E::MetadataIncompleteBuffer => "MetadataIncompleteBuffer",
+        E::ValidationOverflow => "ValidationOverflow",
+        E::MisalignedSlice => "MisalignedSlice",
+    }
+    .to_string()
 }
 
 /// Reads and validates the header of `file` (whose path is `path`, for messages).
@@ -676,6 +689,34 @@ mod tests {
         assert_eq!(h.tensors[0].shape_json(), "[2,2]");
         assert_eq!(h.tensors[0].dtype_name(), "I32");
         assert!(h.metadata.is_none());
+    }
+
+    #[test]
+    fn rule_names_are_the_crates_variant_names() {
+        use SafeTensorError as E;
+        let json = || serde_json::from_str::<u8>("x").unwrap_err();
+        let not_utf8 = vec![0xff_u8];
+        let all = [
+            E::InvalidHeader(std::str::from_utf8(&not_utf8).unwrap_err()),
+            E::InvalidHeaderDeserialization(json()),
+            E::HeaderTooLarge,
+            E::HeaderTooSmall,
+            E::InvalidHeaderLength,
+            E::TensorNotFound("t".into()),
+            E::TensorInvalidInfo,
+            E::InvalidOffset("t".into()),
+            E::IoError(io::Error::other("x")),
+            E::JsonError(json()),
+            E::InvalidTensorView(Dtype::U8, vec![1], 1),
+            E::MetadataIncompleteBuffer,
+            E::ValidationOverflow,
+            E::MisalignedSlice,
+        ];
+        for e in &all {
+            let debug = format!("{e:?}");
+            let variant = debug.split(['(', ' ']).next().unwrap();
+            assert_eq!(rule_name(e), variant);
+        }
     }
 
     #[test]
