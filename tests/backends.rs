@@ -574,6 +574,7 @@ fn check_stall(
 // ------------------------------------------------------------------------------------ tests
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn squashfuse_backend_serves_every_tensor() {
     let _serial = serial();
     if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
@@ -606,6 +607,7 @@ fn squashfuse_backend_serves_every_tensor() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn direct_io_backend_is_served_with_pread() {
     let _serial = serial();
     if !require(&["bindfs", "getfattr"]) {
@@ -679,6 +681,7 @@ fn direct_io_backend_is_served_with_pread() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_stalled_backend_does_not_freeze_the_mount() {
     let _serial = serial();
     if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
@@ -745,6 +748,7 @@ fn idle_fixture(tag: &str) -> (TempDir, Model, Backend, PathBuf, Daemon) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn idle_sources_are_closed_and_the_backend_can_unmount() {
     let _serial = serial();
     if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
@@ -767,6 +771,7 @@ fn idle_sources_are_closed_and_the_backend_can_unmount() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn an_open_tensor_keeps_its_source_open_past_the_idle_time() {
     let _serial = serial();
     if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
@@ -832,6 +837,7 @@ fn tiny_tensor(i: usize) -> [u8; 8] {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn more_files_than_max_map_count() {
     let _serial = serial();
     if !require_fuse() {
@@ -1096,6 +1102,7 @@ fn temporary_files_held(pid: i32, tmpdir: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn s3_backend_serves_every_tensor() {
     let _serial = serial();
     let Some(s3rver) = require_s3() else {
@@ -1147,6 +1154,7 @@ fn s3_backend_serves_every_tensor() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn s3fs_temporary_files_are_released_when_sources_go_idle() {
     let _serial = serial();
     let Some(s3rver) = require_s3() else {
@@ -1216,6 +1224,7 @@ fn s3fs_temporary_files_are_released_when_sources_go_idle() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_stalled_s3_server_does_not_freeze_the_mount() {
     let _serial = serial();
     let Some(s3rver) = require_s3() else {

@@ -407,6 +407,7 @@ fn background_mount_cycle(opts: &[&str]) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_mount_is_live_on_return_and_umount_ends_daemon() {
     if !require_fuse() {
         return;
@@ -415,6 +416,7 @@ fn background_mount_is_live_on_return_and_umount_ends_daemon() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_mount_with_auto_unmount_does_not_hold_callers_pipes() {
     if !require_fuse() {
         return;
@@ -427,6 +429,7 @@ fn background_mount_with_auto_unmount_does_not_hold_callers_pipes() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn proc_mounts_shows_absolute_source_type_and_ro() {
     if !require_fuse() {
         return;
@@ -481,6 +484,7 @@ fn foreground_ends_on(how: &str) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_unmounts_and_exits_0() {
     if !require_fuse() {
         return;
@@ -489,6 +493,7 @@ fn foreground_sigterm_unmounts_and_exits_0() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigint_unmounts_and_exits_0() {
     if !require_fuse() {
         return;
@@ -497,6 +502,7 @@ fn foreground_sigint_unmounts_and_exits_0() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_umount_exits_0() {
     if !require_fuse() {
         return;
@@ -505,6 +511,7 @@ fn foreground_umount_exits_0() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
     if !require_fuse() {
         return;
@@ -559,6 +566,7 @@ fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_right_after_mount_leaves_no_stale_mount() {
     if !require_fuse() {
         return;
@@ -597,6 +605,7 @@ fn foreground_sigterm_right_after_mount_leaves_no_stale_mount() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_source_missing() {
     if !require_fuse() {
         return;
@@ -610,6 +619,7 @@ fn error_source_missing() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_mountpoint_missing() {
     if !require_fuse() {
         return;
@@ -623,6 +633,7 @@ fn error_mountpoint_missing() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_mountpoint_is_a_regular_file() {
     if !require_fuse() {
         return;
@@ -637,6 +648,7 @@ fn error_mountpoint_is_a_regular_file() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_already_mounted() {
     if !require_fuse() {
         return;
@@ -650,6 +662,7 @@ fn error_already_mounted() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_stale_mount_after_foreground_daemon_killed() {
     if !require_fuse() {
         return;
@@ -688,6 +701,7 @@ fn assert_stale_reported(mnt: &Path) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_unknown_option_is_named() {
     if !require_fuse() {
         return;
@@ -700,6 +714,7 @@ fn error_unknown_option_is_named() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_allow_other_with_allow_root() {
     if !require_fuse() {
         return;
@@ -712,6 +727,7 @@ fn error_allow_other_with_allow_root() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn rw_is_accepted_with_a_warning_and_mount_stays_read_only() {
     if !require_fuse() {
         return;
@@ -736,6 +752,7 @@ fn rw_is_accepted_with_a_warning_and_mount_stays_read_only() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn generic_mount_options_are_accepted() {
     if !require_fuse() {
         return;
@@ -758,6 +775,7 @@ fn generic_mount_options_are_accepted() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn repeated_o_and_escaped_commas() {
     if !require_fuse() {
         return;
@@ -953,6 +971,7 @@ impl Drop for DaemonReaper {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_and_fstab_in_private_namespace() {
     if !require_fuse() {
         return;
@@ -1055,6 +1074,7 @@ fn mount_bg_daemon(mnt: &Path, opts: &[&str]) -> i32 {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn auto_unmount_clears_mount_after_sigkill() {
     if !require_fuse() {
         return;
@@ -1077,6 +1097,7 @@ fn auto_unmount_clears_mount_after_sigkill() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigkill_without_auto_unmount_leaves_stale_mount_that_is_reported() {
     if !require_fuse() {
         return;

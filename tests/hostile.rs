@@ -367,6 +367,7 @@ fn walk_sizes(dir: &Path) -> u64 {
 /// Each invalid file as a single-file SOURCE: the mount fails with one line naming the file and
 /// the rule, nothing is mounted, and the official reader rejects the file for that same rule.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn each_corpus_file_fails_a_single_file_mount_with_its_rule() {
     if !require_fuse() {
         return;
@@ -442,6 +443,7 @@ fn each_corpus_file_fails_list_with_its_rule() {
 /// its reason in `user.safetensors.error`, gets no `.tensors` directory and a warning; the valid
 /// ones (in `valid/`) get theirs. With `-o strict` the mount (and `--list`) fails.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directory_of_the_corpus_mounts_with_each_invalid_file_mirrored_and_flagged() {
     if !require_fuse() {
         return;
@@ -538,6 +540,7 @@ fn directory_of_the_corpus_mounts_with_each_invalid_file_mirrored_and_flagged() 
 /// set the official reader sees), each with the tensor's bytes, `__metadata__` only when the
 /// header has a metadata object, and `--list --json` names the same tensors.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn valid_corpus_files_mount_and_list_their_tensors() {
     if !require_fuse() {
         return;
@@ -629,6 +632,7 @@ fn valid_index_text() -> String {
 /// its reason in `user.safetensors.error`), the rest of its directory mounts, `-o strict` fails,
 /// no file outside SOURCE is opened and no FIFO makes the mount hang.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
     if !require_fuse() {
         return;
@@ -828,6 +832,7 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
 /// As an unprivileged user, unreadable files, unreadable directories and entries of a directory
 /// that cannot be searched are skipped with a warning each; everything readable is listed.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unreadable_files_and_directories_are_skipped_with_warnings() {
     if !require_fuse() {
         return;
@@ -951,6 +956,7 @@ fn unreadable_files_and_directories_are_skipped_with_warnings() {
 /// Names that are not UTF-8 are mirrored byte for byte, in directories too, and a safetensors
 /// file so named gets its `.tensors` directory (whose tensors name the source's exact path).
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn non_utf8_names_are_mirrored_byte_exactly() {
     if !require_fuse() {
         return;
@@ -1013,6 +1019,7 @@ fn non_utf8_names_are_mirrored_byte_exactly() {
 
 /// Link loops (`a -> b -> a`) and self links are skipped with a warning each, without hanging.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn symlink_loops_and_self_links_are_skipped_with_warnings() {
     if !require_fuse() {
         return;
@@ -1063,6 +1070,7 @@ fn symlink_loops_and_self_links_are_skipped_with_warnings() {
 
 /// A 64-level-deep tree mounts, and the tensor at the bottom reads correctly.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_64_level_deep_tree_serves_the_bottom_tensor() {
     if !require_fuse() {
         return;
@@ -1122,6 +1130,7 @@ fn a_64_level_deep_tree_serves_the_bottom_tensor() {
 /// tensor's bytes; a name over 64 KiB has no name xattr but its file is there and `--list --json`
 /// shows the whole name.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hostile_tensor_names_each_get_one_valid_unique_file() {
     if !require_fuse() {
         return;

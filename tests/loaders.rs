@@ -139,6 +139,7 @@ fn loader(file: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn cpp_loader() {
     if !have("g++", "--version") {
         return;
@@ -156,6 +157,7 @@ fn cpp_loader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn java_loader() {
     if have("java", "-version") {
         check("java", &[&loader("Loader.java")], false);
@@ -163,6 +165,7 @@ fn java_loader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn node_loader() {
     if have("node", "--version") {
         check("node", &[&loader("loader.js")], false);
@@ -170,6 +173,7 @@ fn node_loader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_loader() {
     if let Some(py) = python() {
         check(py, &[&loader("loader.py")], false);
@@ -177,6 +181,7 @@ fn numpy_loader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn gpu_loader_cpu_path() {
     if let Some(py) = python() {
         check(py, &[&loader("gpu_loader.py"), "--cpu"], false);
@@ -184,6 +189,7 @@ fn gpu_loader_cpu_path() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn shell_loader() {
     if have("bash", "--version") {
         check("bash", &[&loader("loader.sh")], true);

@@ -19,6 +19,7 @@ fn in_ci() -> bool {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn the_wheel_installs_a_tensormount_that_mounts_the_example() {
     if !require_fuse() {
         return;
@@ -123,6 +124,7 @@ fn sh(cmd: &str) -> String {
 /// only in CI, or where `TENSORMOUNT_DPKG=1` says this machine may be changed, and never where
 /// tensormount is installed already.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn the_debian_package_installs_mounts_and_removes_cleanly() {
     if !require_fuse() {
         return;

@@ -122,6 +122,7 @@ fn assert_same(what: &str, got: &[u8], want: &[u8]) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn dd_at_every_block_size_reads_exactly_the_source_bytes() {
     if !require_fuse() {
         return;
@@ -166,6 +167,7 @@ fn dd_at_every_block_size_reads_exactly_the_source_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn pread_at_random_places_and_past_the_end() {
     if !require_fuse() {
         return;
@@ -219,6 +221,7 @@ fn pread_at_random_places_and_past_the_end() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mmap_of_a_tensor_file_shows_the_source_bytes() {
     if !require_fuse() {
         return;
@@ -245,6 +248,7 @@ fn mmap_of_a_tensor_file_shows_the_source_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn concurrent_readers_get_the_source_bytes() {
     if !require_fuse() {
         return;
@@ -308,6 +312,7 @@ fn s(p: &Path) -> &str {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_single_file_mounts_like_the_official_reader() {
     if !require_fuse() {
         return;
@@ -323,6 +328,7 @@ fn numpy_reads_single_file_mounts_like_the_official_reader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_directory_mounts_and_merged_sets_like_the_official_reader() {
     if !require_fuse() {
         return;
@@ -363,6 +369,7 @@ fn numpy_reads_directory_mounts_and_merged_sets_like_the_official_reader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_the_example_models_merged_dir() {
     if !require_fuse() {
         return;
@@ -383,6 +390,7 @@ fn numpy_reads_the_example_models_merged_dir() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mirrored_safetensors_files_are_identical_and_load_with_the_official_reader() {
     if !require_fuse() {
         return;

@@ -236,11 +236,13 @@ fn added(opts: &str) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn added_files_and_models_appear_inotify() {
     added("");
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn added_files_and_models_appear_poll() {
     let mode = "refresh=poll,refresh_interval=0.2";
     added(mode);
@@ -249,6 +251,7 @@ fn added_files_and_models_appear_poll() {
 /// However seldom the source is polled, a path that is not there yet is looked for in its
 /// source directory, and a listing reads the directory again when it changed.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn added_paths_are_found_at_once_without_waiting_for_the_poll() {
     let Some(l) = Live::start("exact", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 1, &["w"]);
@@ -281,6 +284,7 @@ fn added_paths_are_found_at_once_without_waiting_for_the_poll() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigusr1_rescans_at_once() {
     let Some(l) = Live::start("usr1", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 1, &["w"]);
@@ -345,11 +349,13 @@ fn removed(opts: &str) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn removed_files_vanish_but_open_handles_keep_their_bytes_inotify() {
     removed("");
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn removed_files_vanish_but_open_handles_keep_their_bytes_poll() {
     removed("refresh=poll,refresh_interval=3600");
 }
@@ -413,16 +419,19 @@ fn replaced(opts: &str) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_file_replaced_by_rename_is_new_to_new_opens_and_old_to_old_handles_inotify() {
     replaced("");
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_file_replaced_by_rename_is_new_to_new_opens_and_old_to_old_handles_poll() {
     replaced("refresh=poll,refresh_interval=3600");
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_single_file_source_is_followed() {
     let Some(l) = Live::start("single", "", |s| {
         s.save("a.safetensors", 1, &["w"]);
@@ -448,6 +457,7 @@ fn a_single_file_source_is_followed() {
 // -------------------------------------------------------------------- rewritten in place, flux
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_file_rewritten_in_place_fails_old_handles_and_comes_back_once_settled() {
     let Some(mut l) = Live::start("inplace", "settle=0.3", |s| {
         s.save("a.safetensors", 1, &["w", "v"]);
@@ -496,6 +506,7 @@ fn a_file_rewritten_in_place_fails_old_handles_and_comes_back_once_settled() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn partial_download_names_are_never_interpreted() {
     let Some(l) = Live::start("partial", "", |s| {
         s.save("a.safetensors", 1, &["w"]);
@@ -619,11 +630,13 @@ fn hf_download(new_naming: bool) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn huggingface_hub_downloads_appear_complete_old_naming() {
     hf_download(false);
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn huggingface_hub_downloads_appear_complete_new_naming() {
     hf_download(true);
 }
@@ -635,6 +648,7 @@ fn huggingface_hub_downloads_appear_complete_new_naming() {
 /// last. The merged directory is absent while the set is inconsistent, correct after; handles
 /// opened on the old set keep their bytes.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn save_pretrained_republish_hides_the_set_until_complete() {
     let names3 = ["a", "b", "c"];
     let shard = |i: usize, n: usize| format!("model-{i:05}-of-{n:05}.safetensors");
@@ -713,6 +727,7 @@ fn save_pretrained_republish_hides_the_set_until_complete() {
 // ------------------------------------------------------------------------ identity, listings
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unrelated_changes_keep_every_inode() {
     let Some(l) = Live::start("stable", "", |s| {
         fs::create_dir(s.src.join("m1")).unwrap();
@@ -748,6 +763,7 @@ fn unrelated_changes_keep_every_inode() {
 
 /// A directory listing in progress never skips or repeats an entry while the directory changes.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_listing_in_progress_sees_one_state() {
     let Some(l) = Live::start("readdir", "", |s| {
         for i in 0..400 {
@@ -810,6 +826,7 @@ fn a_listing_in_progress_sees_one_state() {
 /// 300 republishes of a file whose tensors the kernel looks up each time: old inodes are
 /// forgotten, and their sources' descriptors and mappings released.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn republishing_again_and_again_leaves_descriptors_where_they_were() {
     let Some(mut l) = Live::start("lifetime", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 0, &["w"]);
@@ -853,6 +870,7 @@ fn republishing_again_and_again_leaves_descriptors_where_they_were() {
 // ---------------------------------------------------------------------------------- frozen
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn refresh_off_is_the_tree_built_at_mount() {
     let Some(mut l) = Live::start("frozen", "refresh=off", |s| {
         s.save("a.safetensors", 1, &["w"]);
@@ -882,6 +900,7 @@ fn refresh_off_is_the_tree_built_at_mount() {
 /// and a change in one of them is still found (here in a user namespace whose watch limit is 3,
 /// so that the host's limit is left alone).
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directories_beyond_the_watch_limit_are_polled() {
     let Some(l) = Live::start("watchlimit", "refresh=off", |s| {
         for d in ["a", "b", "c", "d"] {

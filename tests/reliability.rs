@@ -149,11 +149,13 @@ struct ReaderCounts {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn source_truncated_and_rewritten_under_live_readers_frozen() {
     truncated_and_rewritten(false);
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn source_truncated_and_rewritten_under_live_readers_followed() {
     truncated_and_rewritten(true);
 }
@@ -475,6 +477,7 @@ fn two_tensors(path: &Path, seed: u64) {
 /// With `refresh=off`, the tree built at mount stays: a source replaced by rename keeps serving
 /// its old bytes until remount (the followed case is in tests/refresh.rs).
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn source_replaced_by_rename_frozen_keeps_serving_old_bytes() {
     if !require_fuse() {
         return;
@@ -556,6 +559,7 @@ fn nobody_denied(args: &[&str]) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn allow_other_lets_other_users_read_only_what_they_could_read() {
     if !require_fuse() {
         return;
@@ -702,6 +706,7 @@ fn million_byte(i: usize) -> u8 {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn one_million_tensors_mount_within_memory_budget() {
     if !require_fuse() {
         return;
@@ -817,6 +822,7 @@ fn one_million_tensors_mount_within_memory_budget() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigterm_with_busy_readers_detaches_and_exits_zero() {
     if !require_fuse() {
         return;

@@ -28,6 +28,7 @@ fn tensors_of(safetensors_file: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tensormount_on_a_tensormount_mirror_serves_every_tensor() {
     if !require_fuse() {
         return;

@@ -115,6 +115,7 @@ fn stress_secs() -> f64 {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn random_reads_from_16_readers_are_all_correct() {
     if !require_fuse() {
         return;
@@ -364,6 +365,7 @@ fn d_state_tasks(pid: u32) -> Vec<String> {
 /// for tasks stuck in state D), the daemon stays up, unmounts cleanly, and lets go of every
 /// replaced version (no descriptor or mapping of a deleted file left).
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn republishing_under_readers_never_mixes_versions() {
     if !require_fuse() {
         return;

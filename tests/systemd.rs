@@ -216,6 +216,7 @@ fn systemd_analyze_verify_accepts_the_units() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
     if !require_fuse() {
         return;
@@ -244,6 +245,7 @@ fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_notifies_an_abstract_socket() {
     if !require_fuse() {
         return;
@@ -264,6 +266,7 @@ fn foreground_notifies_an_abstract_socket() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_daemon_notifies_ready_with_mainpid_before_the_command_returns() {
     if !require_fuse() {
         return;
@@ -320,6 +323,7 @@ fn background_daemon_notifies_ready_with_mainpid_before_the_command_returns() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn log_file_receives_warnings_while_serving() {
     if !require_fuse() {
         return;
@@ -397,6 +401,7 @@ fn log_file_receives_warnings_while_serving() {
 /// The background daemon, once detached, logs to syslog. In a private mount namespace whose /dev is
 /// a fresh tmpfs (holding only `fuse`, `null` and `log`), `/dev/log` is the test's own socket.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn detached_daemon_logs_warnings_to_syslog() {
     if !require_fuse() {
         return;
@@ -458,6 +463,7 @@ umount {mnt}
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn helper_flags_are_tolerated() {
     if !require_fuse() {
         return;
@@ -505,6 +511,7 @@ fn helper_link(dir: &Path) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_fake_mounts_nothing() {
     if !require_fuse() {
         return;
@@ -523,6 +530,7 @@ fn mount_helper_fake_mounts_nothing() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_mounts_in_the_background() {
     if !require_fuse() {
         return;
@@ -620,6 +628,7 @@ fn fstab_generator_makes_mount_and_automount_units() {
 /// in a private mount namespace where /usr/sbin (= /sbin) is a directory holding only that link.
 /// mount(8) adds `rw` to the options, which the helper takes silently.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_t_tensormount_runs_the_helper_link() {
     if !require_fuse() {
         return;

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn example_model_mounts_with_merged_and_per_shard_directories() {
     if !require_fuse() {
         return;
@@ -245,6 +246,7 @@ fn set_mode(p: &Path, mode: u32) {
 // ------------------------------------------------------------------------- names and listing
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn single_file_source_escapes_names_and_lists_in_byte_order() {
     if !require_fuse() {
         return;
@@ -322,6 +324,7 @@ fn single_file_source_escapes_names_and_lists_in_byte_order() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn thousands_of_long_names_get_distinct_short_names() {
     if !require_fuse() {
         return;
@@ -384,6 +387,7 @@ fn thousands_of_long_names_get_distinct_short_names() {
 // ------------------------------------------------------------------------------ __metadata__
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn metadata_file_is_sorted_json_ending_in_newline() {
     if !require_fuse() {
         return;
@@ -436,6 +440,7 @@ fn metadata_file_is_sorted_json_ending_in_newline() {
 // --------------------------------------------------------------------------- directory source
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directory_source_mirrors_files_subdirs_and_adds_tensor_dirs() {
     if !require_fuse() {
         return;
@@ -616,6 +621,7 @@ fn directory_source_mirrors_files_subdirs_and_adds_tensor_dirs() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_safetensors_file_also_reached_under_other_names_still_gets_its_tensor_dir() {
     if !require_fuse() {
         return;
@@ -667,6 +673,7 @@ fn a_safetensors_file_also_reached_under_other_names_still_gets_its_tensor_dir()
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sharded_set_with_odd_shard_names_is_merged_and_served_from_each_shard() {
     if !require_fuse() {
         return;
@@ -767,6 +774,7 @@ fn sharded_set_with_odd_shard_names_is_merged_and_served_from_each_shard() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn variant_index_gives_variant_merged_dir() {
     if !require_fuse() {
         return;
@@ -816,6 +824,7 @@ fn variant_index_gives_variant_merged_dir() {
 // ------------------------------------------------------------------------------ broken indexes
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn broken_indexes_leave_the_merged_dir_out_and_fail_strict_mounts() {
     if !require_fuse() {
         return;
@@ -902,6 +911,7 @@ fn broken_indexes_leave_the_merged_dir_out_and_fail_strict_mounts() {
 // ----------------------------------------------------------------------------------- conflicts
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn real_entries_named_like_tensor_dirs_win() {
     if !require_fuse() {
         return;
@@ -933,6 +943,7 @@ fn real_entries_named_like_tensor_dirs_win() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unsharded_file_wins_over_an_index_for_the_same_dir() {
     if !require_fuse() {
         return;
@@ -971,6 +982,7 @@ fn unsharded_file_wins_over_an_index_for_the_same_dir() {
 // ---------------------------------------------------------------------------- invalid sources
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn invalid_safetensors_in_a_directory_is_mirrored_with_its_error() {
     if !require_fuse() {
         return;
@@ -1033,6 +1045,7 @@ fn invalid_safetensors_in_a_directory_is_mirrored_with_its_error() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn invalid_single_file_source_fails_the_mount() {
     if !require_fuse() {
         return;
@@ -1070,6 +1083,7 @@ fn invalid_single_file_source_fails_the_mount() {
 // ------------------------------------------------------------------------------------ symlinks
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hugging_face_cache_snapshot_links_are_followed() {
     if !require_fuse() {
         return;
@@ -1183,6 +1197,7 @@ fn write_hf_cache(cache: &Path) -> Vec<(&'static str, Vec<T<'static>>)> {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hugging_face_cache_links_stay_links() {
     if !require_fuse() {
         return;
@@ -1283,6 +1298,7 @@ fn hugging_face_cache_links_stay_links() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn links_leading_out_of_source_are_followed_and_links_inside_kept() {
     if !require_fuse() {
         return;
@@ -1355,6 +1371,7 @@ fn links_leading_out_of_source_are_followed_and_links_inside_kept() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn fifos_sockets_and_device_nodes_are_skipped_without_hanging() {
     if !require_fuse() {
         return;
@@ -1423,6 +1440,7 @@ fn fifos_sockets_and_device_nodes_are_skipped_without_hanging() {
 // ---------------------------------------------------------------------------------- attributes
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn stat_shows_sizes_modes_owners_times_links_and_blocks() {
     if !require_fuse() {
         return;
@@ -1504,6 +1522,7 @@ fn stat_shows_sizes_modes_owners_times_links_and_blocks() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn inode_numbers_are_stable() {
     if !require_fuse() {
         return;
@@ -1554,6 +1573,7 @@ fn inode_numbers_are_stable() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn statfs_reports_the_source_size_and_nothing_free() {
     if !require_fuse() {
         return;
@@ -1594,6 +1614,7 @@ fn statfs_reports_the_source_size_and_nothing_free() {
 // -------------------------------------------------------------------------------------- xattrs
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tensor_files_carry_exact_xattrs() {
     if !require_fuse() {
         return;
@@ -1695,6 +1716,7 @@ fn tensor_files_carry_exact_xattrs() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn xattr_size_probe_and_erange() {
     if !require_fuse() {
         return;
@@ -1755,6 +1777,7 @@ fn xattr_size_probe_and_erange() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreign_xattr_namespaces_are_eopnotsupp_and_user_xattrs_keep_working() {
     if !require_fuse() {
         return;
@@ -1777,6 +1800,7 @@ fn foreign_xattr_namespaces_are_eopnotsupp_and_user_xattrs_keep_working() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn huge_metadata_values_are_left_out_of_xattrs_but_kept_in_metadata_file() {
     if !require_fuse() {
         return;
@@ -1824,6 +1848,7 @@ fn huge_metadata_values_are_left_out_of_xattrs_but_kept_in_metadata_file() {
 // ----------------------------------------------------------------------------------- read-only
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn every_modification_fails_with_erofs_and_sources_stay_unchanged() {
     if !require_fuse() {
         return;

@@ -61,6 +61,7 @@ fn fixtures(py: &Path) -> TempDir {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_views_load_with_numpy_like_the_official_reader() {
     if !require_fuse() {
         return;
@@ -140,6 +141,7 @@ fn npy_model(dir: &Path) -> (PathBuf, Vec<u8>) {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
     if !require_fuse() {
         return;
@@ -216,6 +218,7 @@ fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
 /// Frozen (refresh=off), reads of a truncated source fail with EIO; followed, a handle opened
 /// before gets ESTALE (tests/refresh.rs).
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_reads_fail_with_eio_once_the_source_is_truncated() {
     if !require_fuse() {
         return;
@@ -282,6 +285,7 @@ const TREE: &[(&str, &str)] = &[
 ];
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_nests_names_and_keeps_prefix_tensors_in_dunder_tensor() {
     if !require_fuse() {
         return;
@@ -376,6 +380,7 @@ fn tree_layout_nests_names_and_keeps_prefix_tensors_in_dunder_tensor() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_reads_directories_and_merged_sets_like_the_official_reader() {
     if !require_fuse() {
         return;
@@ -402,6 +407,7 @@ fn tree_layout_reads_directories_and_merged_sets_like_the_official_reader() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_places_every_tensor_of_hostile_names_exactly_once() {
     if !require_fuse() {
         return;
