@@ -10,6 +10,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 use clap_complete::Shell;
 use tensormount::cli::{self, IGNORED, MOUNT_OPTIONS};
 
@@ -103,10 +105,7 @@ fn the_man_page_is_generated_from_the_command_line_and_renders_without_warnings(
         .arg(repo("doc/tensormount.8"))
         .output()
     else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but groff is missing"
-        );
+        assert!(!common::in_ci(), "CI is set but groff is missing");
         eprintln!("skipped the render check: no groff");
         return;
     };

@@ -1211,7 +1211,7 @@ fn hugging_face_cache_links_stay_links() {
         .is_ok_and(|s| s.success());
     if !hub {
         assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            !in_ci(),
             "CI is set but {} lacks huggingface_hub",
             py.display()
         );

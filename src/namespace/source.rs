@@ -349,8 +349,8 @@ impl Source {
     /// go to `send` as a slice of the mapping, which the daemon never reads itself (their pages
     /// leave its address space later: see [`opened::served`]). Anything else, and everything where
     /// the file cannot be mapped, is read with `pread`: a file cut short is then an error, never a
-    /// short reply. A short read is preceded by a read-ahead of the pages around it, as a page
-    /// fault would do (see [`read_around`]).
+    /// short reply. A short read of a local source is preceded by a read-ahead of the pages around
+    /// it, as a page fault would do (see [`read_around`]).
     pub fn send(
         self: &Arc<Self>,
         head: &[u8],
@@ -385,7 +385,9 @@ impl Source {
             opened::served(opened, len);
             return Ok(());
         }
-        if head.is_empty() {
+        // On a network or FUSE filesystem every byte read ahead is fetched from far away (and a
+        // direct_io backend has no page cache to fill): only what was asked is read there.
+        if head.is_empty() && !self.remote {
             read_around(&opened.file, start, len);
         }
         let mut buf = Vec::with_capacity(head.len() + len as usize);

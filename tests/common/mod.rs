@@ -14,7 +14,7 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tensormount")
 }
 
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty())
 }
 
