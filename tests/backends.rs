@@ -10,8 +10,8 @@
 //!
 //! Needs root, /dev/fuse and the commands `squashfuse`, `mksquashfs` (squashfs-tools), `bindfs`,
 //! `s3fs` and `getfattr` (attr), and for the S3 tests `node` and the npm package s3rver
-//! ($TENSORMOUNT_S3RVER, else where .ci/run installs it, else `s3rver` on PATH). Outside CI a
-//! missing one skips the test; with `CI` set it fails it. The tests of this file run one at a time,
+//! ($TENSORMOUNT_S3RVER, else where tests/run installs it, else `s3rver` on PATH). A missing one
+//! fails the test, naming `tests/run`, which installs them all. The tests of this file run one at a time,
 //! so that the stall tests' limits are not spent waiting on another test's I/O.
 
 mod common;
@@ -34,31 +34,10 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-}
-
-fn on_path(cmd: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
-}
-
-/// True if FUSE and every command of `tools` are usable. Otherwise the test is skipped, except in
-/// CI, where it fails.
-fn require(tools: &[&str]) -> bool {
-    if !require_fuse() {
-        return false;
-    }
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "CI is set but {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr s3fs)"
-    );
-    eprintln!("skipped: {missing:?} not found (apt: squashfuse bindfs squashfs-tools attr s3fs)");
-    false
+/// Asserts that FUSE and every command of `tools` are usable.
+fn require(tools: &[&str]) {
+    require_fuse();
+    require_tools(tools);
 }
 
 fn s(p: &Path) -> &str {
@@ -577,9 +556,7 @@ fn check_stall(
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn squashfuse_backend_serves_every_tensor() {
     let _serial = serial();
-    if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
-        return;
-    }
+    require(&["mksquashfs", "squashfuse", "getfattr"]);
     let start = Instant::now();
     let tmp = TempDir::new("squash");
     let model = small_model(&tmp.join("model"));
@@ -588,8 +565,9 @@ fn squashfuse_backend_serves_every_tensor() {
     let n = check_tree(&tm.dir, &backend.dir, &model);
     assert_eq!(n, 12 + 12 + 5);
 
-    // The official reader, through the mount, when there is one (optional here).
-    if let Some(py) = python() {
+    // The official reader, through the mount.
+    {
+        let py = python();
         let out = oracle(
             &py,
             &["compare", s(&model.dir), s(&tm.path("model.tensors"))],
@@ -610,9 +588,7 @@ fn squashfuse_backend_serves_every_tensor() {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn direct_io_backend_is_served_with_pread() {
     let _serial = serial();
-    if !require(&["bindfs", "getfattr"]) {
-        return;
-    }
+    require(&["bindfs", "getfattr"]);
     let start = Instant::now();
     let tmp = TempDir::new("directio");
     let model = small_model(&tmp.join("model"));
@@ -684,9 +660,7 @@ fn direct_io_backend_is_served_with_pread() {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_stalled_backend_does_not_freeze_the_mount() {
     let _serial = serial();
-    if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
-        return;
-    }
+    require(&["mksquashfs", "squashfuse", "getfattr"]);
     const READERS: usize = 16;
     let start = Instant::now();
     let tmp = TempDir::new("stall");
@@ -751,9 +725,7 @@ fn idle_fixture(tag: &str) -> (TempDir, Model, Backend, PathBuf, Daemon) {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn idle_sources_are_closed_and_the_backend_can_unmount() {
     let _serial = serial();
-    if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
-        return;
-    }
+    require(&["mksquashfs", "squashfuse", "getfattr"]);
     let start = Instant::now();
     let (_tmp, model, backend, mnt, mut daemon) = idle_fixture("idle");
     check_tree(&mnt, &backend.dir, &model);
@@ -774,9 +746,7 @@ fn idle_sources_are_closed_and_the_backend_can_unmount() {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn an_open_tensor_keeps_its_source_open_past_the_idle_time() {
     let _serial = serial();
-    if !require(&["mksquashfs", "squashfuse", "getfattr"]) {
-        return;
-    }
+    require(&["mksquashfs", "squashfuse", "getfattr"]);
     let start = Instant::now();
     let (_tmp, model, backend, mnt, daemon) = idle_fixture("idleopen");
 
@@ -840,9 +810,7 @@ fn tiny_tensor(i: usize) -> [u8; 8] {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn more_files_than_max_map_count() {
     let _serial = serial();
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let start = Instant::now();
     let max_map_count: usize = fs::read_to_string("/proc/sys/vm/max_map_count")
         .unwrap()
@@ -947,14 +915,14 @@ fn more_files_than_max_map_count() {
 
 // ------------------------------------------------------------------------------------ S3
 
-/// Where .ci/run installs s3rver (keep in step with it).
+/// Where tests/run installs s3rver (keep in step with it).
 const S3RVER_INSTALLED: &str = "/opt/tensormount/s3rver-3.7.1/node_modules/.bin/s3rver";
 
 /// The bucket of the S3 tests, and s3rver's built-in credentials.
 const BUCKET: &str = "models";
 const S3_CREDENTIALS: &str = "S3RVER:S3RVER";
 
-/// The s3rver command: $TENSORMOUNT_S3RVER, else where .ci/run installs it, else `s3rver` on PATH.
+/// The s3rver command: $TENSORMOUNT_S3RVER, else where tests/run installs it, else `s3rver` on PATH.
 fn s3rver_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("TENSORMOUNT_S3RVER") {
         return Some(PathBuf::from(p));
@@ -966,22 +934,12 @@ fn s3rver_bin() -> Option<PathBuf> {
 }
 
 /// As [`require`], for the S3 tests: also `s3fs`, `node` and s3rver, whose command it returns.
-fn require_s3() -> Option<PathBuf> {
-    if !require(&["s3fs", "node", "getfattr"]) {
-        return None;
-    }
-    let bin = s3rver_bin();
-    if bin.is_none() {
-        assert!(
-            !in_ci(),
-            "CI is set but s3rver was not found (set TENSORMOUNT_S3RVER; .ci/run installs it)"
-        );
-        eprintln!(
-            "skipped: s3rver not found (npm install s3rver@3.7.1, then set TENSORMOUNT_S3RVER to \
-             its node_modules/.bin/s3rver)"
-        );
-    }
-    bin
+fn require_s3() -> PathBuf {
+    require(&["s3fs", "node", "getfattr"]);
+    s3rver_bin().expect(
+        "s3rver not found: `tests/run` (as root) installs it, or npm install s3rver@3.7.1 and set \
+         TENSORMOUNT_S3RVER to its node_modules/.bin/s3rver",
+    )
 }
 
 /// A local S3 server (s3rver, serving a directory) on 127.0.0.1 and a port of the kernel's
@@ -1105,9 +1063,7 @@ fn temporary_files_held(pid: i32, tmpdir: &Path) -> Vec<String> {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn s3_backend_serves_every_tensor() {
     let _serial = serial();
-    let Some(s3rver) = require_s3() else {
-        return;
-    };
+    let s3rver = require_s3();
     let start = Instant::now();
     let tmp = TempDir::new("s3");
     let model = small_model(&tmp.join("model"));
@@ -1131,8 +1087,9 @@ fn s3_backend_serves_every_tensor() {
     let n = check_tree(&mnt, &backend.dir, &model);
     assert_eq!(n, 12 + 12 + 5);
 
-    // The official reader, through the mount, when there is one (optional here).
-    if let Some(py) = python() {
+    // The official reader, through the mount.
+    {
+        let py = python();
         let out = oracle(
             &py,
             &["compare", s(&model.dir), s(&mnt.join("model.tensors"))],
@@ -1157,9 +1114,7 @@ fn s3_backend_serves_every_tensor() {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn s3fs_temporary_files_are_released_when_sources_go_idle() {
     let _serial = serial();
-    let Some(s3rver) = require_s3() else {
-        return;
-    };
+    let s3rver = require_s3();
     let start = Instant::now();
     let tmp = TempDir::new("s3idle");
     let model = small_model(&tmp.join("model"));
@@ -1227,9 +1182,7 @@ fn s3fs_temporary_files_are_released_when_sources_go_idle() {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_stalled_s3_server_does_not_freeze_the_mount() {
     let _serial = serial();
-    let Some(s3rver) = require_s3() else {
-        return;
-    };
+    let s3rver = require_s3();
     const READERS: usize = 16;
     let start = Instant::now();
     let tmp = TempDir::new("s3stall");

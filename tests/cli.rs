@@ -409,18 +409,14 @@ fn background_mount_cycle(opts: &[&str]) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_mount_is_live_on_return_and_umount_ends_daemon() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     background_mount_cycle(&[]);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_mount_with_auto_unmount_does_not_hold_callers_pipes() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     background_mount_cycle(&["-o", "auto_unmount"]);
 }
 
@@ -431,9 +427,7 @@ fn background_mount_with_auto_unmount_does_not_hold_callers_pipes() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn proc_mounts_shows_absolute_source_type_and_ro() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("procmounts");
     let _g = MountGuard(mnt.clone());
     let src = example();
@@ -486,36 +480,28 @@ fn foreground_ends_on(how: &str) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_unmounts_and_exits_0() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     foreground_ends_on("TERM");
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigint_unmounts_and_exits_0() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     foreground_ends_on("INT");
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_umount_exits_0() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     foreground_ends_on("umount");
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("fgopen");
     let src = tmp.join("one.safetensors");
     let data = bytes(64 * 1024, 99);
@@ -568,9 +554,7 @@ fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_sigterm_right_after_mount_leaves_no_stale_mount() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let src = example();
     // The window (mount visible, INIT handshake not finished) is short: one round hits it about
     // a third of the time when signals are blocked too late, so 20 rounds all but always do.
@@ -607,9 +591,7 @@ fn foreground_sigterm_right_after_mount_leaves_no_stale_mount() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_source_missing() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (tmp, mnt) = mnt_dir("nosrc");
     let _g = MountGuard(mnt.clone());
     let src = tmp.join("no-such-model");
@@ -621,9 +603,7 @@ fn error_source_missing() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_mountpoint_missing() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("nomnt");
     let missing = mnt.join("absent");
     let _g = MountGuard(missing.clone());
@@ -635,9 +615,7 @@ fn error_mountpoint_missing() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_mountpoint_is_a_regular_file() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("filemnt");
     let file = mnt.join("plain");
     fs::write(&file, b"x").unwrap();
@@ -650,9 +628,7 @@ fn error_mountpoint_is_a_regular_file() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_already_mounted() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new(&example(), "");
     let mnt = fs::canonicalize(&m.dir).unwrap();
     assert_eq!(mount_count(&mnt), 1);
@@ -664,9 +640,7 @@ fn error_already_mounted() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_stale_mount_after_foreground_daemon_killed() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("stalefg");
     let mut fg = Fg::spawn(&example(), &mnt, &[]);
     fg.wait_mounted();
@@ -703,9 +677,7 @@ fn assert_stale_reported(mnt: &Path) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_unknown_option_is_named() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("bogus");
     let _g = MountGuard(mnt.clone());
     let out = mount_bg(&[s(&example()), s(&mnt), "-o", "bogus"]);
@@ -716,9 +688,7 @@ fn error_unknown_option_is_named() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn error_allow_other_with_allow_root() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("allowboth");
     let _g = MountGuard(mnt.clone());
     let out = mount_bg(&[s(&example()), s(&mnt), "-o", "allow_other,allow_root"]);
@@ -729,9 +699,7 @@ fn error_allow_other_with_allow_root() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn rw_is_accepted_with_a_warning_and_mount_stays_read_only() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("rw");
     let _g = MountGuard(mnt.clone());
     let out = mount_bg(&[s(&example()), s(&mnt), "-o", "rw"]);
@@ -754,9 +722,7 @@ fn rw_is_accepted_with_a_warning_and_mount_stays_read_only() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn generic_mount_options_are_accepted() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("generic");
     let _g = MountGuard(mnt.clone());
     let opts = "ro,dev,suid,nodev,nosuid,exec,noexec,auto,noauto,user,nouser,users,async,sync,\
@@ -777,9 +743,7 @@ fn generic_mount_options_are_accepted() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn repeated_o_and_escaped_commas() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("twice");
     let _g = MountGuard(mnt.clone());
     let out = mount_bg(&[s(&example()), s(&mnt), "-o", "ro", "-o", "fsname=twice"]);
@@ -973,9 +937,7 @@ impl Drop for DaemonReaper {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_and_fstab_in_private_namespace() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (tmp, mnt) = mnt_dir("mount8");
     let _g = MountGuard(mnt.clone());
     let _reaper = DaemonReaper(mnt.clone());
@@ -1076,9 +1038,7 @@ fn mount_bg_daemon(mnt: &Path, opts: &[&str]) -> i32 {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn auto_unmount_clears_mount_after_sigkill() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("autounmount");
     let _g = MountGuard(mnt.clone());
     // fusermount3 unmounts only if it finds the connection gone when the daemon's socket closes:
@@ -1099,9 +1059,7 @@ fn auto_unmount_clears_mount_after_sigkill() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigkill_without_auto_unmount_leaves_stale_mount_that_is_reported() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let (_tmp, mnt) = mnt_dir("stalebg");
     let _g = MountGuard(mnt.clone());
     let pid = mount_bg_daemon(&mnt, &[]);

@@ -283,9 +283,7 @@ fn own_header(path: &Path) -> (usize, BTreeMap<String, (usize, usize)>, serde_js
 /// valid one).
 #[test]
 fn corpus_is_regenerated_by_its_script_and_judged_alike_by_the_official_reader() {
-    let Some(py) = python() else {
-        return;
-    };
+    let py = python();
     let cases = invalid_corpus();
     let rules: BTreeSet<&str> = cases.iter().map(|c| c.rule.as_str()).collect();
     assert_eq!(rules, RULES.iter().copied().collect(), "rules covered");
@@ -369,9 +367,7 @@ fn walk_sizes(dir: &Path) -> u64 {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn each_corpus_file_fails_a_single_file_mount_with_its_rule() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut failures = Vec::new();
     let mut reported = Vec::new();
     for c in invalid_corpus() {
@@ -391,9 +387,9 @@ fn each_corpus_file_fails_a_single_file_mount_with_its_rule() {
                 .to_string(),
         );
     }
-    // Where Python has a say: the rule tensormount reports is the one the official reader's
-    // message names.
-    if let Some(py) = python() {
+    // The rule tensormount reports is the one the official reader's message names.
+    {
+        let py = python();
         let cases = invalid_corpus();
         let paths: Vec<&Path> = cases.iter().map(|c| c.path.as_path()).collect();
         for ((c, r), rule) in cases.iter().zip(python_probe(&py, &paths)).zip(&reported) {
@@ -445,9 +441,7 @@ fn each_corpus_file_fails_list_with_its_rule() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directory_of_the_corpus_mounts_with_each_invalid_file_mirrored_and_flagged() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("corpusdir");
     let src = tmp.join("src");
     fs::create_dir_all(src.join("valid")).unwrap();
@@ -542,28 +536,22 @@ fn directory_of_the_corpus_mounts_with_each_invalid_file_mirrored_and_flagged() 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn valid_corpus_files_mount_and_list_their_tensors() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let valid = valid_corpus();
-    let probes = python().map(|py| {
-        let paths: Vec<&Path> = valid.iter().map(PathBuf::as_path).collect();
-        python_probe(&py, &paths)
-    });
+    let paths: Vec<&Path> = valid.iter().map(PathBuf::as_path).collect();
+    let probes = python_probe(&python(), &paths);
     let mut failures = Vec::new();
     for (i, v) in valid.iter().enumerate() {
         let what = v.file_name().unwrap().to_str().unwrap();
         let (data_start, tensors, metadata) = own_header(v);
         let names: BTreeSet<String> = tensors.keys().cloned().collect();
-        if let Some(probes) = &probes {
-            match &probes[i] {
-                Ok((keys, md)) => {
-                    let keys: BTreeSet<String> = keys.iter().cloned().collect();
-                    assert_eq!(keys, names, "{what}: official reader's tensor names");
-                    assert_eq!(md, &metadata, "{what}: official reader's metadata");
-                }
-                Err(e) => panic!("{what}: official reader rejects it: {e}"),
+        match &probes[i] {
+            Ok((keys, md)) => {
+                let keys: BTreeSet<String> = keys.iter().cloned().collect();
+                assert_eq!(keys, names, "{what}: official reader's tensor names");
+                assert_eq!(md, &metadata, "{what}: official reader's metadata");
             }
+            Err(e) => panic!("{what}: official reader rejects it: {e}"),
         }
         let (m, out) = try_mount_within(v, "");
         let Some(m) = m else {
@@ -634,9 +622,7 @@ fn valid_index_text() -> String {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("hostidx");
     // A real, valid shard holding `u` one level above every SOURCE: an index naming it must not
     // get it opened.
@@ -834,17 +820,8 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unreadable_files_and_directories_are_skipped_with_warnings() {
-    if !require_fuse() {
-        return;
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-            "CI is set but setpriv (util-linux) is missing"
-        );
-        eprintln!("skipped: no setpriv");
-        return;
-    }
+    require_fuse();
+    require_tools(&["setpriv"]);
     let tmp = TempDir::new("unreadable");
     set_mode(tmp.path(), 0o755);
     // The binary, where uid 65534 can surely run it.
@@ -958,9 +935,7 @@ fn unreadable_files_and_directories_are_skipped_with_warnings() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn non_utf8_names_are_mirrored_byte_exactly() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("nonutf8");
     let src = tmp.join("src");
     fs::create_dir(&src).unwrap();
@@ -1021,9 +996,7 @@ fn non_utf8_names_are_mirrored_byte_exactly() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn symlink_loops_and_self_links_are_skipped_with_warnings() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("loops");
     let src = tmp.join("src");
     fs::create_dir(&src).unwrap();
@@ -1072,9 +1045,7 @@ fn symlink_loops_and_self_links_are_skipped_with_warnings() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_64_level_deep_tree_serves_the_bottom_tensor() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("deep");
     let src = tmp.join("src");
     let rel: PathBuf = (0..64).map(|i| format!("d{i:02}")).collect();
@@ -1132,9 +1103,7 @@ fn a_64_level_deep_tree_serves_the_bottom_tensor() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hostile_tensor_names_each_get_one_valid_unique_file() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("hostnames");
     let src = tmp.join("names.safetensors");
     let exact_64k = "K".repeat(65536);

@@ -76,21 +76,16 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-}
-
-/// Whether `tool` runs here; a missing one skips the test, except in CI, where it fails.
-fn have(tool: &str, version_arg: &str) -> bool {
+/// Asserts that `tool` runs here.
+fn have(tool: &str, version_arg: &str) {
     let ok = Command::new(tool)
         .arg(version_arg)
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(!in_ci(), "CI is set but {tool} is missing");
-        eprintln!("skipped: {tool} is missing");
-    }
-    ok
+    assert!(
+        ok,
+        "{tool} does not run here: `tests/run` (as root) installs it"
+    );
 }
 
 /// The oracle's lines: (loaders' format, shell loader's format).
@@ -116,10 +111,8 @@ fn expected(py: &Path) -> (String, String) {
 /// Mounts the example model, runs `program ARGS... MNT/model.tensors TENSORS...` and compares its
 /// output with the oracle's (the shell loader's format if `shell`).
 fn check(program: impl AsRef<std::ffi::OsStr>, args: &[&str], shell: bool) {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let (common, shell_lines) = expected(&py);
     let m = Mounted::new(&root().join("examples/tiny-model"), "");
     let out = Command::new(program)
@@ -141,9 +134,7 @@ fn loader(file: &str) -> String {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn cpp_loader() {
-    if !have("g++", "--version") {
-        return;
-    }
+    have("g++", "--version");
     let tmp = TempDir::new("cpp-loader");
     let exe: PathBuf = tmp.join("loader");
     let out = Command::new("g++")
@@ -159,39 +150,32 @@ fn cpp_loader() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn java_loader() {
-    if have("java", "-version") {
-        check("java", &[&loader("Loader.java")], false);
-    }
+    have("java", "-version");
+    check("java", &[&loader("Loader.java")], false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn node_loader() {
-    if have("node", "--version") {
-        check("node", &[&loader("loader.js")], false);
-    }
+    have("node", "--version");
+    check("node", &[&loader("loader.js")], false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_loader() {
-    if let Some(py) = python() {
-        check(py, &[&loader("loader.py")], false);
-    }
+    check(python(), &[&loader("loader.py")], false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn gpu_loader_cpu_path() {
-    if let Some(py) = python() {
-        check(py, &[&loader("gpu_loader.py"), "--cpu"], false);
-    }
+    check(python(), &[&loader("gpu_loader.py"), "--cpu"], false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn shell_loader() {
-    if have("bash", "--version") {
-        check("bash", &[&loader("loader.sh")], true);
-    }
+    have("bash", "--version");
+    check("bash", &[&loader("loader.sh")], true);
 }

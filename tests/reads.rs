@@ -124,9 +124,7 @@ fn assert_same(what: &str, got: &[u8], want: &[u8]) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn dd_at_every_block_size_reads_exactly_the_source_bytes() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let fx = fixture();
     let m = mount(&fx.src);
     let big = &fx.tensors[2].2;
@@ -169,9 +167,7 @@ fn dd_at_every_block_size_reads_exactly_the_source_bytes() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn pread_at_random_places_and_past_the_end() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let fx = fixture();
     let m = mount(&fx.src);
     for (name, _, want) in &fx.tensors {
@@ -223,9 +219,7 @@ fn pread_at_random_places_and_past_the_end() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mmap_of_a_tensor_file_shows_the_source_bytes() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let fx = fixture();
     let m = mount(&fx.src);
     for (name, _, want) in &fx.tensors {
@@ -250,9 +244,7 @@ fn mmap_of_a_tensor_file_shows_the_source_bytes() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn concurrent_readers_get_the_source_bytes() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let fx = fixture();
     let m = mount(&fx.src);
     let tensors = Arc::new(fx.tensors.clone());
@@ -314,10 +306,8 @@ fn s(p: &Path) -> &str {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_single_file_mounts_like_the_official_reader() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = fixtures(&py);
     for f in ["single.safetensors", "big.safetensors"] {
         let src = tmp.join("fx").join(f);
@@ -330,10 +320,8 @@ fn numpy_reads_single_file_mounts_like_the_official_reader() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_directory_mounts_and_merged_sets_like_the_official_reader() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = fixtures(&py);
     let fx = tmp.join("fx");
     let m = mount(&fx);
@@ -371,10 +359,8 @@ fn numpy_reads_directory_mounts_and_merged_sets_like_the_official_reader() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_the_example_models_merged_dir() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model");
     let m = mount(&example);
     let out = oracle(&py, &["compare", s(&example), s(&m.path("model.tensors"))]);
@@ -392,10 +378,8 @@ fn numpy_reads_the_example_models_merged_dir() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mirrored_safetensors_files_are_identical_and_load_with_the_official_reader() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = fixtures(&py);
     let fx = tmp.join("fx");
     let m = mount(&fx);

@@ -27,11 +27,9 @@ struct Live {
 impl Live {
     /// Makes a source directory with `setup`, and mounts it (or the path `setup` returns, if it
     /// is a file) with `-o opts`.
-    fn start(tag: &str, opts: &str, setup: impl FnOnce(&Live0) -> PathBuf) -> Option<Live> {
-        if !require_fuse() {
-            return None;
-        }
-        let py = python()?;
+    fn start(tag: &str, opts: &str, setup: impl FnOnce(&Live0) -> PathBuf) -> Live {
+        require_fuse();
+        let py = python();
         let tmp = TempDir::new(tag);
         let src = tmp.join("src");
         fs::create_dir(&src).unwrap();
@@ -46,13 +44,13 @@ impl Live {
         let opts = format!("ro,{opts}");
         let args = ["-o", opts.trim_end_matches(',')];
         let (daemon, _) = Daemon::spawn(&source, &mnt, &args, &log, Duration::from_secs(30));
-        Some(Live {
+        Live {
             tmp,
             src,
             mnt,
             daemon,
             py,
-        })
+        }
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -200,12 +198,10 @@ impl Drop for Watch {
 // --------------------------------------------------------------------------------------- added
 
 fn added(opts: &str) {
-    let Some(l) = Live::start("added", opts, |s| {
+    let l = Live::start("added", opts, |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let nlink = fs::metadata(&l.mnt).unwrap().nlink();
     l.save("b.safetensors", 2, &["x", "y"]);
     fs::create_dir(l.src("model")).unwrap();
@@ -253,12 +249,10 @@ fn added_files_and_models_appear_poll() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn added_paths_are_found_at_once_without_waiting_for_the_poll() {
-    let Some(l) = Live::start("exact", "refresh=poll,refresh_interval=3600", |s| {
+    let l = Live::start("exact", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     assert_eq!(
         getxattr(&l.mnt, "user.tensormount.refresh_mode").as_deref(),
         Some("poll")
@@ -286,12 +280,10 @@ fn added_paths_are_found_at_once_without_waiting_for_the_poll() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigusr1_rescans_at_once() {
-    let Some(l) = Live::start("usr1", "refresh=poll,refresh_interval=3600", |s| {
+    let l = Live::start("usr1", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     assert_eq!(names(&l.mnt).len(), 2);
     l.save("b.safetensors", 2, &["x"]);
     fs::remove_file(l.src("a.safetensors")).unwrap();
@@ -304,13 +296,11 @@ fn sigusr1_rescans_at_once() {
 // ------------------------------------------------------------------------------------- removed
 
 fn removed(opts: &str) {
-    let Some(mut l) = Live::start("removed", opts, |s| {
+    let mut l = Live::start("removed", opts, |s| {
         s.save("a.safetensors", 1, &["w", "v"]);
         s.save("b.safetensors", 2, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let w_path = l.path("a.tensors/w");
     let w_bytes = tensor_bytes(&l.src("a.safetensors"), "w");
     let mirror_bytes = fs::read(l.src("a.safetensors")).unwrap();
@@ -363,13 +353,11 @@ fn removed_files_vanish_but_open_handles_keep_their_bytes_poll() {
 // -------------------------------------------------------------------------- replaced by rename
 
 fn replaced(opts: &str) {
-    let Some(mut l) = Live::start("replaced", opts, |s| {
+    let mut l = Live::start("replaced", opts, |s| {
         s.save("a.safetensors", 1, &["w", "v"]);
         s.save("b.safetensors", 2, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let a = l.src("a.safetensors");
     let old = (
         tensor_bytes(&a, "w"),
@@ -433,12 +421,10 @@ fn a_file_replaced_by_rename_is_new_to_new_opens_and_old_to_old_handles_poll() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_single_file_source_is_followed() {
-    let Some(l) = Live::start("single", "", |s| {
+    let l = Live::start("single", "", |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.join("a.safetensors")
-    }) else {
-        return;
-    };
+    });
     let a = l.src("a.safetensors");
     let old = tensor_bytes(&a, "w");
     let w = File::open(l.path("w")).unwrap();
@@ -459,12 +445,10 @@ fn a_single_file_source_is_followed() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_file_rewritten_in_place_fails_old_handles_and_comes_back_once_settled() {
-    let Some(mut l) = Live::start("inplace", "settle=0.3", |s| {
+    let mut l = Live::start("inplace", "settle=0.3", |s| {
         s.save("a.safetensors", 1, &["w", "v"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let a = l.src("a.safetensors");
     let w = File::open(l.path("a.tensors/w")).unwrap();
     let cached = fs::read(l.path("a.tensors/v")).unwrap();
@@ -508,12 +492,10 @@ fn a_file_rewritten_in_place_fails_old_handles_and_comes_back_once_settled() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn partial_download_names_are_never_interpreted() {
-    let Some(l) = Live::start("partial", "", |s| {
+    let l = Live::start("partial", "", |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let bytes = fs::read(l.src("a.safetensors")).unwrap();
     for name in [
         "b.safetensors.incomplete",
@@ -542,9 +524,7 @@ fn partial_download_names_are_never_interpreted() {
 /// under a temporary name (`<etag>.incomplete` up to 1.17, `<etag>.<8 hex>.incomplete` since
 /// 1.18), renamed, and only then linked from the snapshot.
 fn hf_download(new_naming: bool) {
-    let Some(l) = Live::start("hf", "", |s| s.src.clone()) else {
-        return;
-    };
+    let l = Live::start("hf", "", |s| s.src.clone());
     let staged = l.tmp.join("staged");
     fs::create_dir(&staged).unwrap();
     let shards = [
@@ -652,7 +632,7 @@ fn huggingface_hub_downloads_appear_complete_new_naming() {
 fn save_pretrained_republish_hides_the_set_until_complete() {
     let names3 = ["a", "b", "c"];
     let shard = |i: usize, n: usize| format!("model-{i:05}-of-{n:05}.safetensors");
-    let Some(l) = Live::start("republish", "settle=0.3", |s| {
+    let l = Live::start("republish", "settle=0.3", |s| {
         let mut map = serde_json::Map::new();
         for (i, n) in names3.iter().enumerate() {
             s.save(&shard(i + 1, 3), 10 + i as u64, &[n]);
@@ -664,9 +644,7 @@ fn save_pretrained_republish_hides_the_set_until_complete() {
         )
         .unwrap();
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let old_a = tensor_bytes(&l.src(&shard(1, 3)), "a");
     let held = File::open(l.path("model.tensors/a")).unwrap();
     let merged_present = || l.path("model.tensors").exists();
@@ -729,15 +707,13 @@ fn save_pretrained_republish_hides_the_set_until_complete() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unrelated_changes_keep_every_inode() {
-    let Some(l) = Live::start("stable", "", |s| {
+    let l = Live::start("stable", "", |s| {
         fs::create_dir(s.src.join("m1")).unwrap();
         fs::create_dir(s.src.join("m2")).unwrap();
         s.save("m1/a.safetensors", 1, &["w", "v"]);
         s.save("m2/b.safetensors", 2, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let all = |root: &Path| -> Vec<(PathBuf, u64)> {
         let mut out = Vec::new();
         let mut stack = vec![root.to_path_buf()];
@@ -765,14 +741,12 @@ fn unrelated_changes_keep_every_inode() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_listing_in_progress_sees_one_state() {
-    let Some(l) = Live::start("readdir", "", |s| {
+    let l = Live::start("readdir", "", |s| {
         for i in 0..400 {
             fs::write(s.src.join(format!("file-{i:04}.txt")), b"x").unwrap();
         }
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let dir = CString::new(l.mnt.as_os_str().as_bytes()).unwrap();
     // SAFETY: opening a directory we own the path of.
     let fd = unsafe { libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
@@ -828,13 +802,11 @@ fn a_listing_in_progress_sees_one_state() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn republishing_again_and_again_leaves_descriptors_where_they_were() {
-    let Some(mut l) = Live::start("lifetime", "refresh=poll,refresh_interval=3600", |s| {
+    let mut l = Live::start("lifetime", "refresh=poll,refresh_interval=3600", |s| {
         s.save("a.safetensors", 0, &["w"]);
         s.save("b.safetensors", 0, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let staged: Vec<Vec<u8>> = (0..2)
         .map(|seed| {
             let p = l.tmp.join(format!("v{seed}.safetensors"));
@@ -872,12 +844,10 @@ fn republishing_again_and_again_leaves_descriptors_where_they_were() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn refresh_off_is_the_tree_built_at_mount() {
-    let Some(mut l) = Live::start("frozen", "refresh=off", |s| {
+    let mut l = Live::start("frozen", "refresh=off", |s| {
         s.save("a.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     assert_eq!(
         getxattr(&l.mnt, "user.tensormount.refresh_mode").as_deref(),
         Some("off")
@@ -902,15 +872,13 @@ fn refresh_off_is_the_tree_built_at_mount() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directories_beyond_the_watch_limit_are_polled() {
-    let Some(l) = Live::start("watchlimit", "refresh=off", |s| {
+    let l = Live::start("watchlimit", "refresh=off", |s| {
         for d in ["a", "b", "c", "d"] {
             fs::create_dir(s.src.join(d)).unwrap();
         }
         s.save("a/m.safetensors", 1, &["w"]);
         s.src.clone()
-    }) else {
-        return;
-    };
+    });
     let mnt = l.tmp.join("mnt2");
     fs::create_dir(&mnt).unwrap();
     let log = l.tmp.join("limited.log");

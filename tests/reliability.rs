@@ -166,9 +166,7 @@ fn source_truncated_and_rewritten_under_live_readers_followed() {
 /// in flux and comes back, with the rewritten bytes, once it has settled. With `refresh=off`,
 /// reads fail with EIO until remount.
 fn truncated_and_rewritten(live: bool) {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let stale_errno = if live { libc::ESTALE } else { libc::EIO };
     let opts: &[&str] = if live { &[] } else { &["-o", "refresh=off"] };
     let tmp = TempDir::new("truncate");
@@ -479,9 +477,7 @@ fn two_tensors(path: &Path, seed: u64) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn source_replaced_by_rename_frozen_keeps_serving_old_bytes() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("rename");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();
@@ -561,9 +557,7 @@ fn nobody_denied(args: &[&str]) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn allow_other_lets_other_users_read_only_what_they_could_read() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("allowother");
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     // uid 65534 must be able to reach the mount point.
@@ -708,9 +702,7 @@ fn million_byte(i: usize) -> u8 {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn one_million_tensors_mount_within_memory_budget() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("million");
     let src = tmp.join("experts.safetensors");
     let gen_start = Instant::now();
@@ -824,9 +816,7 @@ fn one_million_tensors_mount_within_memory_budget() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sigterm_with_busy_readers_detaches_and_exits_zero() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("busy");
     let src = tmp.join("busy.safetensors");
     let data: Vec<Vec<u8>> = (0..4).map(|t| bytes(4 << 20, 100 + t)).collect();

@@ -49,9 +49,7 @@ fn stop(mut child: std::process::Child, mnt: &std::path::Path) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn fifteen_hundred_shards_mount_under_a_64_descriptor_limit() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("shards");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();
@@ -122,9 +120,7 @@ fn fifteen_hundred_shards_mount_under_a_64_descriptor_limit() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_100_gb_model_mounts_without_reading_its_data() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("huge");
     let path = tmp.join("huge.safetensors");
     let size: u64 = 100 << 30;
@@ -176,9 +172,7 @@ fn daemon_wchar(pid: u32) -> u64 {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mirrored_files_are_read_by_the_kernel_through_passthrough_and_tensors_by_the_daemon() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("passthrough");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();

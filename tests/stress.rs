@@ -117,9 +117,7 @@ fn stress_secs() -> f64 {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn random_reads_from_16_readers_are_all_correct() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let secs = stress_secs();
 
     let tmp = TempDir::new("stress");
@@ -367,9 +365,7 @@ fn d_state_tasks(pid: u32) -> Vec<String> {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn republishing_under_readers_never_mixes_versions() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let secs = stress_secs();
     let tmp = TempDir::new("republish");
     let model = tmp.join("model");

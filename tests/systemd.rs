@@ -139,15 +139,7 @@ fn lines(msg: &str) -> Vec<&str> {
 /// copy must fail, so a verify that checks nothing cannot pass.
 #[test]
 fn systemd_analyze_verify_accepts_the_units() {
-    if Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(std::env::var_os("CI").is_none(), "CI lacks systemd-analyze");
-        eprintln!("skipped: no systemd-analyze");
-        return;
-    }
+    require_tools(&["systemd-analyze"]);
     let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
     let built = fs::canonicalize(bin()).unwrap();
     let mut seen = 0;
@@ -218,9 +210,7 @@ fn systemd_analyze_verify_accepts_the_units() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("notify-fg");
     let (sock, path) = notify_socket(m.tmp.path());
     let src = example();
@@ -247,9 +237,7 @@ fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_notifies_an_abstract_socket() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("notify-abs");
     let name = format!("tensormount-test-{}", std::process::id());
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
@@ -268,9 +256,7 @@ fn foreground_notifies_an_abstract_socket() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn background_daemon_notifies_ready_with_mainpid_before_the_command_returns() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("notify-bg");
     let (sock, path) = notify_socket(m.tmp.path());
     let src = example();
@@ -325,9 +311,7 @@ fn background_daemon_notifies_ready_with_mainpid_before_the_command_returns() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn log_file_receives_warnings_while_serving() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("logfile");
     let src = m.tmp.join("model.safetensors");
     write_safetensors(
@@ -403,9 +387,7 @@ fn log_file_receives_warnings_while_serving() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn detached_daemon_logs_warnings_to_syslog() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("syslog");
     let root = fs::canonicalize(m.tmp.path()).unwrap();
     let src = root.join("model.safetensors");
@@ -465,9 +447,7 @@ umount {mnt}
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn helper_flags_are_tolerated() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("helper-flags");
     let src = example();
     let out = run(&[
@@ -513,9 +493,7 @@ fn helper_link(dir: &Path) -> PathBuf {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_fake_mounts_nothing() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("helper-fake");
     let helper = helper_link(m.tmp.path());
     let src = example();
@@ -532,9 +510,7 @@ fn mount_helper_fake_mounts_nothing() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_helper_mounts_in_the_background() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("helper-bg");
     let helper = helper_link(m.tmp.path());
     let src = example();
@@ -571,14 +547,8 @@ fn unit_setting<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
 
 #[test]
 fn fstab_generator_makes_mount_and_automount_units() {
-    let Some(generator) = fstab_generator() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI lacks systemd-fstab-generator (package systemd)"
-        );
-        eprintln!("skipped: no systemd-fstab-generator");
-        return;
-    };
+    let generator = fstab_generator()
+        .expect("no systemd-fstab-generator: `tests/run` (as root) installs the package systemd");
     let tmp = TempDir::new("fstab-gen");
     let out_dir = tmp.join("out");
     fs::create_dir(&out_dir).unwrap();
@@ -630,9 +600,7 @@ fn fstab_generator_makes_mount_and_automount_units() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn mount_t_tensormount_runs_the_helper_link() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mnt::new("mount-t");
     let bindir = fs::canonicalize(m.tmp.path()).unwrap().join("sbin");
     fs::create_dir(&bindir).unwrap();

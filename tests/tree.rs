@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn example_model_mounts_with_merged_and_per_shard_directories() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model");
     let m = Mounted::new(&example, "");
     let mut names: Vec<String> = std::fs::read_dir(&m.dir)
@@ -248,9 +246,7 @@ fn set_mode(p: &Path, mode: u32) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn single_file_source_escapes_names_and_lists_in_byte_order() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("names");
     let src = tmp.join("m.safetensors");
     let tensor_names = [
@@ -326,9 +322,7 @@ fn single_file_source_escapes_names_and_lists_in_byte_order() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn thousands_of_long_names_get_distinct_short_names() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("long");
     let src = tmp.join("long.safetensors");
     let prefix = "p".repeat(300);
@@ -389,9 +383,7 @@ fn thousands_of_long_names_get_distinct_short_names() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn metadata_file_is_sorted_json_ending_in_newline() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("meta");
     let src = tmp.join("m.safetensors");
     let meta = [
@@ -442,9 +434,7 @@ fn metadata_file_is_sorted_json_ending_in_newline() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn directory_source_mirrors_files_subdirs_and_adds_tensor_dirs() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("dir");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("unet")).unwrap();
@@ -623,9 +613,7 @@ fn directory_source_mirrors_files_subdirs_and_adds_tensor_dirs() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_safetensors_file_also_reached_under_other_names_still_gets_its_tensor_dir() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("alias");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -675,9 +663,7 @@ fn a_safetensors_file_also_reached_under_other_names_still_gets_its_tensor_dir()
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn sharded_set_with_odd_shard_names_is_merged_and_served_from_each_shard() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("sharded");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -776,9 +762,7 @@ fn sharded_set_with_odd_shard_names_is_merged_and_served_from_each_shard() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn variant_index_gives_variant_merged_dir() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("variant");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -826,9 +810,7 @@ fn variant_index_gives_variant_merged_dir() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn broken_indexes_leave_the_merged_dir_out_and_fail_strict_mounts() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("broken");
     let outside = tmp.join("x.safetensors");
     let shard = "model-00001-of-00001.safetensors";
@@ -913,9 +895,7 @@ fn broken_indexes_leave_the_merged_dir_out_and_fail_strict_mounts() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn real_entries_named_like_tensor_dirs_win() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("conflict");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("model.tensors")).unwrap();
@@ -945,9 +925,7 @@ fn real_entries_named_like_tensor_dirs_win() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn unsharded_file_wins_over_an_index_for_the_same_dir() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("unsharded");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -984,9 +962,7 @@ fn unsharded_file_wins_over_an_index_for_the_same_dir() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn invalid_safetensors_in_a_directory_is_mirrored_with_its_error() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("invalid");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -1047,9 +1023,7 @@ fn invalid_safetensors_in_a_directory_is_mirrored_with_its_error() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn invalid_single_file_source_fails_the_mount() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("badsingle");
     let garbage = tmp.join("bad.safetensors");
     let mut b = vec![0xff; 8];
@@ -1085,9 +1059,7 @@ fn invalid_single_file_source_fails_the_mount() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hugging_face_cache_snapshot_links_are_followed() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("hf");
     let repo = tmp.join("models--org--name");
     let blobs = repo.join("blobs");
@@ -1199,25 +1171,9 @@ fn write_hf_cache(cache: &Path) -> Vec<(&'static str, Vec<T<'static>>)> {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn hugging_face_cache_links_stay_links() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else {
-        return;
-    };
-    let hub = Command::new(&py)
-        .args(["-c", "import huggingface_hub"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !hub {
-        assert!(
-            !in_ci(),
-            "CI is set but {} lacks huggingface_hub",
-            py.display()
-        );
-        eprintln!("skipped: no huggingface_hub in {}", py.display());
-        return;
-    }
+    require_fuse();
+    let py = python();
+    require_module(&py, "huggingface_hub");
     let tmp = TempDir::new("hfcache");
     let cache = tmp.join("hub");
     let files = write_hf_cache(&cache);
@@ -1300,9 +1256,7 @@ fn hugging_face_cache_links_stay_links() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn links_leading_out_of_source_are_followed_and_links_inside_kept() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("links");
     let s = tmp.join("src");
     let outside = tmp.join("outside");
@@ -1373,9 +1327,7 @@ fn links_leading_out_of_source_are_followed_and_links_inside_kept() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn fifos_sockets_and_device_nodes_are_skipped_without_hanging() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("special");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -1442,9 +1394,7 @@ fn fifos_sockets_and_device_nodes_are_skipped_without_hanging() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn stat_shows_sizes_modes_owners_times_links_and_blocks() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("attrs");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("sub")).unwrap();
@@ -1524,9 +1474,7 @@ fn stat_shows_sizes_modes_owners_times_links_and_blocks() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn inode_numbers_are_stable() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("ino");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("sub")).unwrap();
@@ -1575,9 +1523,7 @@ fn inode_numbers_are_stable() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn statfs_reports_the_source_size_and_nothing_free() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("statfs");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("sub")).unwrap();
@@ -1616,9 +1562,7 @@ fn statfs_reports_the_source_size_and_nothing_free() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tensor_files_carry_exact_xattrs() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("xattr");
     let src = tmp.join("x.safetensors");
     let tensors = [
@@ -1718,9 +1662,7 @@ fn tensor_files_carry_exact_xattrs() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn xattr_size_probe_and_erange() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("erange");
     let src = tmp.join("x.safetensors");
     write_safetensors(
@@ -1779,9 +1721,7 @@ fn xattr_size_probe_and_erange() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreign_xattr_namespaces_are_eopnotsupp_and_user_xattrs_keep_working() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("selinux");
     let src = tmp.join("x.safetensors");
     write_safetensors(&src, &[u8t("w", 4, 1)], None);
@@ -1802,9 +1742,7 @@ fn foreign_xattr_namespaces_are_eopnotsupp_and_user_xattrs_keep_working() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn huge_metadata_values_are_left_out_of_xattrs_but_kept_in_metadata_file() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("hugemeta");
     let s = tmp.join("src");
     fs::create_dir(&s).unwrap();
@@ -1850,9 +1788,7 @@ fn huge_metadata_values_are_left_out_of_xattrs_but_kept_in_metadata_file() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn every_modification_fails_with_erofs_and_sources_stay_unchanged() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("rofs");
     let s = tmp.join("src");
     fs::create_dir_all(s.join("sub")).unwrap();

@@ -63,10 +63,8 @@ fn fixtures(py: &Path) -> TempDir {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_views_load_with_numpy_like_the_official_reader() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = fixtures(&py);
     let fx = tmp.join("fx");
     for opts in ["npy", "npy,layout=tree"] {
@@ -143,9 +141,7 @@ fn npy_model(dir: &Path) -> (PathBuf, Vec<u8>) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("npy");
     let (src, big) = npy_model(tmp.path());
     let (m, warnings) = mount(&src, "npy");
@@ -220,9 +216,7 @@ fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_reads_fail_with_eio_once_the_source_is_truncated() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("npytrunc");
     let (src, big) = npy_model(tmp.path());
     let (m, _) = mount(&src, "npy,refresh=off");
@@ -287,9 +281,7 @@ const TREE: &[(&str, &str)] = &[
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_nests_names_and_keeps_prefix_tensors_in_dunder_tensor() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = TempDir::new("tree");
     let deep = vec!["d"; 70].join(".");
     let long = format!("long.{}", "p".repeat(300));
@@ -382,10 +374,8 @@ fn tree_layout_nests_names_and_keeps_prefix_tensors_in_dunder_tensor() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_reads_directories_and_merged_sets_like_the_official_reader() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = fixtures(&py);
     let fx = tmp.join("fx");
     let (m, _) = mount(&fx, "layout=tree");
@@ -409,10 +399,8 @@ fn tree_layout_reads_directories_and_merged_sets_like_the_official_reader() {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tree_layout_places_every_tensor_of_hostile_names_exactly_once() {
-    if !require_fuse() {
-        return;
-    }
-    let Some(py) = python() else { return };
+    require_fuse();
+    let py = python();
     let tmp = TempDir::new("tree-hostile");
     let names: Vec<String> = [
         // Under 64 KiB, so that user.safetensors.name can carry it.

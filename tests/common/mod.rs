@@ -2,6 +2,9 @@
 //! Python oracle and a small safetensors writer of the tests' own.
 #![allow(dead_code)]
 
+mod needs;
+pub use needs::*;
+
 use std::fs;
 use std::fs::File;
 use std::io;
@@ -12,49 +15,6 @@ use std::time::{Duration, Instant};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tensormount")
-}
-
-pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-}
-
-/// True if real mounts can be made here. Without FUSE a test is skipped, except in CI, where it
-/// fails: CI must never pass by skipping.
-pub fn require_fuse() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ok = root && Path::new("/dev/fuse").exists();
-    if !ok {
-        assert!(
-            !in_ci(),
-            "CI is set but FUSE is unusable (need root and /dev/fuse)"
-        );
-        eprintln!("skipped: FUSE needs root and /dev/fuse");
-    }
-    ok
-}
-
-/// The Python with the official `safetensors` and numpy: $TENSORMOUNT_PYTHON, else the repo's
-/// `.venv`. `None` (test skipped) outside CI when there is none.
-pub fn python() -> Option<PathBuf> {
-    let candidate = std::env::var_os("TENSORMOUNT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    let ok = Command::new(&candidate)
-        .args(["-c", "import safetensors, numpy"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            !in_ci(),
-            "CI is set but {} lacks safetensors/numpy",
-            candidate.display()
-        );
-        eprintln!("skipped: no Python with safetensors and numpy (set TENSORMOUNT_PYTHON)");
-        return None;
-    }
-    Some(candidate)
 }
 
 /// Runs `tests/python/oracle.py ARGS` and returns its output (asserting success).
