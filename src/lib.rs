@@ -5,6 +5,7 @@
 //! - [`index`]: parses the index of a sharded set;
 //! - [`names`]: tensor names as file names;
 //! - [`npy`]: NPY headers for the `-o npy` view;
+//! - [`widen`]: exact widening of narrow floats for `-o dtype=f32|f64`;
 //! - [`namespace`]: the tree as immutable snapshots, and the writer that turns changes of SOURCE
 //!   into new snapshots plus a diff;
 //! - [`refresh`] and [`inotify`]: the thread that finds changes and has them applied;
@@ -36,3 +37,4 @@ pub mod notify;
 pub mod npy;
 pub mod pool;
 pub mod refresh;
+pub mod widen;

@@ -15,6 +15,9 @@ Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
                                         `*.tensors/` directory left out) and, for
                                         each REPO_ID, what snapshot_download
                                         resolves offline, with each file's sha256
+  oracle.py widen DTYPE TARGET IN OUT   ml_dtypes/numpy's widening of the stored
+                                        elements in file IN (safetensors DTYPE) to
+                                        TARGET (F32 or F64), written to OUT
 
 SRC is a .safetensors file or a directory; for a directory every *.safetensors
 file directly inside it is used (tensor names must be unique across them).
@@ -311,6 +314,22 @@ def hf_cache(cache, repo_ids):
     return 0
 
 
+# safetensors dtype -> the ml_dtypes (or numpy) type of one stored element.
+ML_DTYPES = {
+    "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F8_E8M0": "float8_e8m0fnu",
+}
+
+
+def widen(dtype, target, src, out):
+    import ml_dtypes
+    stored = np.fromfile(src, dtype=getattr(ml_dtypes, ML_DTYPES[dtype]) if dtype in ML_DTYPES
+                         else np.dtype(NUMPY[dtype]))
+    stored.astype({"F32": "<f4", "F64": "<f8"}[target]).tofile(out)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -329,6 +348,9 @@ def main():
     p = sub.add_parser("hf-cache")
     p.add_argument("cache")
     p.add_argument("repo_ids", nargs="*")
+    p = sub.add_parser("widen")
+    for a in ("dtype", "target", "src", "out"):
+        p.add_argument(a)
     args = parser.parse_args()
 
     if args.cmd == "write-fixtures":
@@ -337,6 +359,8 @@ def main():
         return compare(args.src, args.tensor_dir, args.allow_extra, args.npy)
     if args.cmd == "save":
         return save(args.path, args.seed, args.names)
+    if args.cmd == "widen":
+        return widen(args.dtype, args.target, args.src, args.out)
     if args.cmd == "hf-cache":
         from pathlib import Path
         return hf_cache(Path(args.cache), args.repo_ids)
