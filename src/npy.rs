@@ -143,7 +143,8 @@ mod numpy_tables {
     #[test]
     fn every_dtype_numpy_has_gets_numpy_s_header() {
         // (dtype, shape, descr and shape as numpy writes them, total header length, why)
-        let table: &[(Dtype, &[usize], &str, &str, usize, &str)] = &[
+        type Row<'a> = (Dtype, &'a [usize], &'a str, &'a str, usize, &'a str);
+        let table: &[Row] = &[
             (
                 Dtype::BOOL,
                 &[],

@@ -734,7 +734,8 @@ fn npy_views_sit_beside_tensor_files_that_numpy_can_describe() {
     .unwrap();
     let short_view = format!("{}%#{:016x}.npy", "v".repeat(233), fnv1a_64(&long));
     // (layout, path, the tensor it shows and whether it is a view, why)
-    let table: &[(Layout, &str, Option<(&str, bool)>, &str)] = &[
+    type Row<'a> = (Layout, &'a str, Option<(&'a str, bool)>, &'a str);
+    let table: &[Row] = &[
         (
             Layout::Flat,
             "w.npy",
