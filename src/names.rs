@@ -110,10 +110,14 @@ fn readable_prefix(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// 64-bit FNV-1a, seeded with `salt`: small, stable across versions and platforms.
+/// 64-bit FNV-1a of `bytes` (standard, as the README promises, so any FNV-1a library gives the
+/// same hash), then of `salt`'s little-endian bytes when `salt` is not 0: small, stable across
+/// versions and platforms.
 fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
+    let salt_bytes = salt.to_le_bytes();
+    let salt_bytes: &[u8] = if salt == 0 { &[] } else { &salt_bytes };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in salt.to_le_bytes().iter().chain(bytes) {
+    for b in bytes.iter().chain(salt_bytes) {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -206,5 +210,187 @@ mod tests {
         // The same name again (as if a different name had collided) gets another file name.
         let b = s.file_name(&name);
         assert_ne!(a, b);
+    }
+}
+
+/// The README's rules, as tables. Every expected value is written out from the README ("Tensor file
+/// names"), not taken from this code: the hashes are standard 64-bit FNV-1a of the full name,
+/// computed with a separate implementation (a few lines of Python, as any user could).
+#[cfg(test)]
+mod rule_tables {
+    use super::*;
+
+    /// Standard FNV-1a 64 test vectors: a user can check the hash in a shortened name with any
+    /// FNV-1a library.
+    #[test]
+    fn the_hash_is_plain_fnv1a_64() {
+        assert_eq!(fnv1a(b"", 0), 0xcbf2_9ce4_8422_2325, "offset basis");
+        assert_eq!(fnv1a(b"a", 0), 0xaf63_dc4c_8601_ec8c, "FNV-1a 64 of `a`");
+    }
+
+    #[test]
+    fn escaping_follows_the_readme_table() {
+        // (tensor name, file name, rule)
+        let table: &[(&str, &str, &str)] = &[
+            (
+                "model.layers.0.weight",
+                "model.layers.0.weight",
+                "unchanged",
+            ),
+            ("a/b", "a%2Fb", "`/` is %2F"),
+            ("/a/", "%2Fa%2F", "every `/`, at either end"),
+            ("//", "%2F%2F", "a name of only slashes"),
+            ("100%", "100%25", "`%` is %25"),
+            ("%", "%25", "a lone `%` is escaped, not the empty name"),
+            ("%2F", "%252F", "an escape-looking name escapes its `%`"),
+            (
+                "%#",
+                "%25#",
+                "the shortening marker cannot come from escaping",
+            ),
+            ("a\0b", "a%00b", "NUL is %00"),
+            ("\0", "%00", "a lone NUL"),
+            (".", "%2E", "exactly `.`"),
+            ("..", "%2E%2E", "exactly `..`"),
+            ("...", "...", "three dots is a valid file name"),
+            (
+                "./",
+                ".%2F",
+                "only the exact names `.` and `..` are special",
+            ),
+            (
+                "../x",
+                "..%2Fx",
+                "`..` as a prefix is harmless once `/` is escaped",
+            ),
+            ("", "%", "the empty name"),
+            ("a\nb", "a\nb", "newlines unchanged"),
+            (
+                "\t\r\x01\x7f",
+                "\t\r\x01\x7f",
+                "control characters unchanged",
+            ),
+            (" ", " ", "a space"),
+            ("é.ünïcode", "é.ünïcode", "non-ASCII unchanged"),
+            (
+                "\u{202e}gnp.exe",
+                "\u{202e}gnp.exe",
+                "bidi override unchanged",
+            ),
+            (
+                "__metadata__.x",
+                "__metadata__.x",
+                "only __metadata__ itself is reserved",
+            ),
+        ];
+        for &(name, want, why) in table {
+            assert_eq!(escape(name), want, "{name:?}: {why}");
+            assert_eq!(
+                Shortener::default().file_name(name),
+                want,
+                "{name:?}: {why}"
+            );
+        }
+    }
+
+    /// `prefix%#hash` as the README spells it, `hash` in 16 lowercase hex digits.
+    fn short(prefix: &str, hash: &str, suffix: &str) -> String {
+        assert_eq!(hash.len(), 16);
+        format!("{prefix}%#{hash}{suffix}")
+    }
+
+    #[test]
+    fn long_names_are_shortened_to_a_prefix_the_marker_and_the_fnv1a_of_the_name() {
+        // 255 bytes - 2 (marker) - 16 (hash) = 237 bytes of prefix at most; 233 with `.npy`.
+        let slashes = "/".repeat(200);
+        let a_slashes = format!("a{slashes}");
+        let table: Vec<(String, &str, String, &str)> = vec![
+            // (tensor name, suffix, file name, rule)
+            ("e".repeat(255), "", "e".repeat(255), "255 bytes fits"),
+            (
+                "o".repeat(256),
+                "",
+                short(&"o".repeat(237), "ca3456dab75ac025", ""),
+                "256 bytes is shortened",
+            ),
+            (
+                format!("{}/", "g".repeat(254)),
+                "",
+                short(&"g".repeat(237), "fc1e0becfbe51b78", ""),
+                "255 bytes that grow to 257 by escaping",
+            ),
+            (
+                "x".repeat(1000),
+                "",
+                short(&"x".repeat(237), "e1add1d93134d2c5", ""),
+                "a long name",
+            ),
+            (
+                slashes.clone(),
+                "",
+                short(&"%2F".repeat(79), "d07a836fcad9809d", ""),
+                "the prefix is of the escaped name; 237 bytes end on an escape",
+            ),
+            (
+                a_slashes.clone(),
+                "",
+                short(&format!("a{}", "%2F".repeat(78)), "ae810e1eb7ec0664", ""),
+                "the prefix does not split `%2F`: 235 bytes, not 237",
+            ),
+            (
+                "é".repeat(200),
+                "",
+                short(&"é".repeat(118), "bd62f1ecfb466f85", ""),
+                "the prefix does not split a character: 236 bytes",
+            ),
+            (
+                "w".repeat(252),
+                ".npy",
+                short(&"w".repeat(233), "1993e56eb6270139", ".npy"),
+                "252 + `.npy` is 256: shortened, keeping `.npy`",
+            ),
+            (
+                "w".repeat(251),
+                ".npy",
+                format!("{}.npy", "w".repeat(251)),
+                "251 + `.npy` fits",
+            ),
+        ];
+        for (name, suffix, want, why) in &table {
+            let got = if suffix.is_empty() {
+                Shortener::default().file_name(name).into_owned()
+            } else {
+                Shortener::default().file_name_with(name, suffix)
+            };
+            assert_eq!(&got, want, "{:.12?}.. ({} bytes): {why}", name, name.len());
+            assert!(got.len() <= NAME_MAX, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_second_long_name_with_the_same_hash_gets_another_hash_the_first_keeps_its_own() {
+        // A real 64-bit collision is impractical to write down, so the same name is offered
+        // twice: the Shortener cannot tell it from a colliding one.
+        let name = "z".repeat(400);
+        let first = short(&"z".repeat(237), "5e0817dc2d7b32a5", "");
+        let mut s = Shortener::default();
+        assert_eq!(s.file_name(&name), first, "the first gets the plain hash");
+        let second = s.file_name(&name).into_owned();
+        assert_ne!(second, first, "the later one gets a salted hash");
+        let (prefix, hash) = second.rsplit_once("%#").unwrap();
+        assert_eq!(prefix, "z".repeat(237), "same readable prefix");
+        assert!(hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()));
+        // A fresh directory starts over: the first name again gets the plain hash.
+        assert_eq!(Shortener::default().file_name(&name), first);
+    }
+
+    #[test]
+    fn short_names_never_take_a_salted_hash() {
+        // A short name is never shortened, so it never competes for a hash, even when the same
+        // Shortener already gave out long names.
+        let mut s = Shortener::default();
+        let _ = s.file_name(&"q".repeat(300));
+        assert_eq!(s.file_name("q"), "q");
+        assert_eq!(s.file_name("q"), "q");
     }
 }

@@ -110,3 +110,131 @@ mod tests {
         assert!(header(&tensor(Dtype::U8, &vec![1; 30_000])).is_none());
     }
 }
+
+/// Whole headers, byte for byte, against what numpy 2.4's `format.write_array_header_1_0` writes
+/// for the same dtype and shape (recorded from numpy, not from this code): the dict, then spaces,
+/// then a newline, the total a multiple of 64.
+#[cfg(test)]
+mod numpy_tables {
+    use super::*;
+
+    fn tensor(dtype: Dtype, shape: &[usize]) -> Tensor {
+        Tensor {
+            name: "t".into(),
+            dtype,
+            shape: shape.into(),
+            begin: 0,
+            end: 0,
+        }
+    }
+
+    /// The header numpy writes: magic, version 1.0, the length of the rest (little-endian), the
+    /// dict, spaces, `\n`, `total` bytes in all.
+    fn numpy_header(dict: &str, total: usize) -> Vec<u8> {
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&u16::try_from(total - 10).unwrap().to_le_bytes());
+        out.extend_from_slice(dict.as_bytes());
+        assert!(out.len() < total);
+        out.resize(total - 1, b' ');
+        out.push(b'\n');
+        out
+    }
+
+    #[test]
+    fn every_dtype_numpy_has_gets_numpy_s_header() {
+        // (dtype, shape, descr and shape as numpy writes them, total header length, why)
+        type Row<'a> = (Dtype, &'a [usize], &'a str, &'a str, usize, &'a str);
+        let table: &[Row] = &[
+            (
+                Dtype::BOOL,
+                &[],
+                "|b1",
+                "()",
+                128,
+                "0-d: `()`, no growth padding",
+            ),
+            (Dtype::U8, &[7], "|u1", "(7,)", 128, "1-d: Python's `(7,)`"),
+            (Dtype::I8, &[2, 3], "|i1", "(2, 3)", 128, ""),
+            (Dtype::I16, &[0], "<i2", "(0,)", 128, "empty"),
+            (Dtype::U16, &[1], "<u2", "(1,)", 128, ""),
+            (Dtype::F16, &[4, 4], "<f2", "(4, 4)", 128, ""),
+            (
+                Dtype::I32,
+                &[0, 2, 1],
+                "<i4",
+                "(0, 2, 1)",
+                128,
+                "empty, 3-d",
+            ),
+            (Dtype::U32, &[], "<u4", "()", 128, "0-d"),
+            (Dtype::F32, &[3, 100_000], "<f4", "(3, 100000)", 128, ""),
+            (Dtype::C64, &[5], "<c8", "(5,)", 128, "complex64"),
+            (Dtype::F64, &[1, 1, 1, 1], "<f8", "(1, 1, 1, 1)", 128, ""),
+            (
+                Dtype::I64,
+                &[1_000_000_000_000],
+                "<i8",
+                "(1000000000000,)",
+                128,
+                "13 digits",
+            ),
+            (Dtype::U64, &[2], "<u8", "(2,)", 128, ""),
+        ];
+        for &(dtype, shape, descr, tuple, total, why) in table {
+            let dict =
+                format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
+            assert_eq!(
+                header(&tensor(dtype, shape)),
+                Some(numpy_header(&dict, total)),
+                "{dtype:?} {shape:?} {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn padding_to_64_bytes_at_numpy_s_boundaries() {
+        // (dimensions of size 1, total header length, why). The unpadded length is
+        // 10 + dict + 21 - digits of the first dimension (room for it to grow) + 1 (`\n`).
+        let table: &[(usize, usize, &str)] = &[
+            (14, 128, "126 bytes unpadded: the next multiple of 64"),
+            (
+                15,
+                192,
+                "129 unpadded: over 128 only because of the growth room",
+            ),
+            (35, 192, "189 unpadded"),
+            (
+                36,
+                256,
+                "exactly 192 unpadded: numpy still pads, 1 to 64 spaces",
+            ),
+            (21_817, 65_536, "the longest header NPY 1.0 holds"),
+        ];
+        for &(n, total, why) in table {
+            let shape = vec![1; n];
+            let tuple = format!("({})", vec!["1"; n].join(", "));
+            let dict = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': {tuple}, }}");
+            let got = header(&tensor(Dtype::U8, &shape));
+            assert_eq!(got.as_ref().map(Vec::len), Some(total), "{n} dims: {why}");
+            assert_eq!(got, Some(numpy_header(&dict, total)), "{n} dims: {why}");
+        }
+        // numpy refuses 21,818 dimensions in version 1.0 ("Header length 65528 too big").
+        assert_eq!(header(&tensor(Dtype::U8, &vec![1; 21_818])), None);
+    }
+
+    #[test]
+    fn dtypes_numpy_lacks_get_no_view() {
+        for dtype in [
+            Dtype::BF16,
+            Dtype::F8_E4M3,
+            Dtype::F8_E5M2,
+            Dtype::F8_E8M0,
+            Dtype::F6_E2M3,
+            Dtype::F6_E3M2,
+            Dtype::F4,
+        ] {
+            assert_eq!(header(&tensor(dtype, &[2])), None, "{dtype:?}");
+            assert_eq!(header(&tensor(dtype, &[])), None, "{dtype:?} 0-d");
+        }
+    }
+}

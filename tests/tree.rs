@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::fs;
 use std::io;
@@ -280,28 +280,17 @@ fn single_file_source_escapes_names_and_lists_in_byte_order() {
     assert_eq!(got.iter().cloned().collect::<HashSet<_>>(), want);
     assert_eq!(got.len(), tensor_names.len() + 1);
 
-    // The spec's escapes, spelled out once more literally.
-    for (name, file) in [
-        ("a/b", "a%2Fb"),
-        ("100%", "100%25"),
-        ("nul\0byte", "nul%00byte"),
-        (".", "%2E"),
-        ("..", "%2E%2E"),
-        ("", "%"),
-        ("%2F", "%252F"),
-    ] {
-        let p = m.path(file);
-        assert!(p.is_file(), "{name:?} should be the file {file}");
-        // Through the real getfattr tool.
-        assert_eq!(
-            getxattr(&p, "user.safetensors.name").as_deref(),
-            Some(name),
-            "user.safetensors.name of {file}"
-        );
-    }
+    // The names themselves are the rule tests' (src/namespace/rules_tests.rs); here, that each
+    // file serves its tensor's bytes and name through the kernel.
     for t in &tensors {
         let p = m.path(escaped(t.name));
         assert_eq!(fs::read(&p).unwrap(), t.data, "bytes of {}", p.display());
+        assert_eq!(
+            getxattr(&p, "user.safetensors.name").as_deref(),
+            Some(t.name),
+            "user.safetensors.name of {}",
+            p.display()
+        );
     }
     // `ls -f` (readdir order, nothing sorted by ls) shows the same order.
     let out = Command::new("ls").arg("-f").arg(&m.dir).output().unwrap();
@@ -317,116 +306,6 @@ fn single_file_source_escapes_names_and_lists_in_byte_order() {
         got.iter().map(|v| v.as_slice()).collect::<Vec<_>>(),
         "ls -f order"
     );
-}
-
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn thousands_of_long_names_get_distinct_short_names() {
-    require_fuse();
-    let tmp = TempDir::new("long");
-    let src = tmp.join("long.safetensors");
-    let prefix = "p".repeat(300);
-    let mut all: Vec<String> = (0..2000).map(|i| format!("{prefix}{i:05}")).collect();
-    // Boundaries: exactly 255 bytes stays as it is; 256 bytes, or 255 that grow by escaping, do not.
-    let exact = "e".repeat(255);
-    let over = "o".repeat(256);
-    let grows = format!("{}/", "g".repeat(254));
-    all.extend([exact.clone(), over.clone(), grows.clone()]);
-    let tensors: Vec<T> = all
-        .iter()
-        .enumerate()
-        .map(|(i, n)| u8t(n, 1 + i % 3, i as u64))
-        .collect();
-    write_safetensors(&src, &tensors, None);
-    let (m, _) = mount(&src, "");
-
-    let got = listing(&m.dir);
-    assert_eq!(got.len(), all.len(), "one file per tensor");
-    assert_eq!(got, byte_sorted(&got), "readdir order is not byte order");
-    let distinct: HashSet<&Vec<u8>> = got.iter().collect();
-    assert_eq!(distinct.len(), got.len(), "file names are not distinct");
-    assert!(
-        got.contains(&exact.clone().into_bytes()),
-        "255-byte name kept"
-    );
-
-    let by_name: BTreeMap<&str, &T> = tensors.iter().map(|t| (t.name, t)).collect();
-    let mut seen = HashSet::new();
-    for f in &got {
-        assert!(f.len() <= 255, "name of {} bytes", f.len());
-        let path = m.dir.join(std::ffi::OsStr::from_bytes(f));
-        let original = String::from_utf8(xattr_raw(&path, "user.safetensors.name").unwrap())
-            .expect("name xattr is UTF-8");
-        if escaped(&original).len() > 255 {
-            assert!(
-                f.windows(2).any(|w| w == b"%#"),
-                "shortened name lacks the %# marker: {}",
-                String::from_utf8_lossy(f)
-            );
-        } else {
-            assert_eq!(f, &escaped(&original).into_bytes());
-        }
-        let t = by_name
-            .get(original.as_str())
-            .expect("name xattr names a tensor");
-        assert!(seen.insert(original.clone()), "{original} shown twice");
-        // A sample of contents (all of them would be 2000 opens; they are cheap, do every 50th).
-        if seen.len() % 50 == 1 || original == over || original == grows {
-            assert_eq!(fs::read(&path).unwrap(), t.data, "bytes of {original}");
-        }
-    }
-    assert_eq!(seen.len(), all.len(), "every tensor has exactly one file");
-}
-
-// ------------------------------------------------------------------------------ __metadata__
-
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn metadata_file_is_sorted_json_ending_in_newline() {
-    require_fuse();
-    let tmp = TempDir::new("meta");
-    let src = tmp.join("m.safetensors");
-    let meta = [
-        ("zeta", "last"),
-        ("alpha", "first"),
-        ("format", "pt"),
-        ("mid", "with \"quotes\" and \\ and\nnewline"),
-        ("Upper", "capital sorts first"),
-    ];
-    write_safetensors(&src, &[u8t("w", 4, 1)], Some(&meta));
-    let (m, _) = mount(&src, "");
-    let text = fs::read_to_string(m.path("__metadata__")).unwrap();
-    assert!(text.ends_with('\n'), "no final newline: {text:?}");
-    let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let want: serde_json::Map<String, serde_json::Value> = meta
-        .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
-        .collect();
-    assert_eq!(parsed, serde_json::Value::Object(want));
-    // Keys appear in sorted order in the text.
-    let mut keys: Vec<&str> = meta.iter().map(|(k, _)| *k).collect();
-    keys.sort();
-    let positions: Vec<usize> = keys
-        .iter()
-        .map(|k| text.find(&format!("\"{k}\":")).expect("key in text"))
-        .collect();
-    assert!(
-        positions.windows(2).all(|w| w[0] < w[1]),
-        "keys not sorted in the text: {text}"
-    );
-    // The header's size of the file matches what is read.
-    assert_eq!(
-        stat_c(&m.path("__metadata__"), "%s"),
-        text.len().to_string()
-    );
-
-    // No metadata in the header: no __metadata__ file.
-    let bare = tmp.join("bare.safetensors");
-    let t = u8t("only", 2, 2);
-    write_safetensors(&bare, std::slice::from_ref(&t), None);
-    let (m2, _) = mount(&bare, "");
-    assert_eq!(names(&m2.dir), ["only"]);
-    assert!(!m2.path("__metadata__").exists());
 }
 
 // --------------------------------------------------------------------------- directory source
@@ -759,52 +638,6 @@ fn sharded_set_with_odd_shard_names_is_merged_and_served_from_each_shard() {
     );
 }
 
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn variant_index_gives_variant_merged_dir() {
-    require_fuse();
-    let tmp = TempDir::new("variant");
-    let s = tmp.join("src");
-    fs::create_dir(&s).unwrap();
-    let a = [u8t("w1", 8, 1)];
-    let b = [u8t("w2", 6, 2)];
-    let (sa, sb) = (
-        "model.fp16-00001-of-00002.safetensors",
-        "model.fp16-00002-of-00002.safetensors",
-    );
-    write_safetensors(&s.join(sa), &a, None);
-    write_safetensors(&s.join(sb), &b, None);
-    write_index(
-        &s.join("model.safetensors.index.fp16.json"),
-        Some(serde_json::json!({"total_size": 14})),
-        &[("w1", sa), ("w2", sb)],
-    );
-    let (m, _) = mount(&s, "");
-    assert_eq!(
-        names(&m.dir),
-        [
-            "model.fp16-00001-of-00002.safetensors",
-            "model.fp16-00001-of-00002.tensors",
-            "model.fp16-00002-of-00002.safetensors",
-            "model.fp16-00002-of-00002.tensors",
-            "model.fp16.tensors",
-            "model.safetensors.index.fp16.json",
-        ]
-    );
-    let merged = m.path("model.fp16.tensors");
-    assert_eq!(names(&merged), ["__metadata__", "w1", "w2"]);
-    assert_eq!(fs::read(merged.join("w1")).unwrap(), a[0].data);
-    assert_eq!(fs::read(merged.join("w2")).unwrap(), b[0].data);
-    assert_eq!(
-        getxattr(&merged.join("w2"), "user.safetensors.source"),
-        Some(canonical(&s.join(sb)))
-    );
-    assert_eq!(
-        getxattr(&merged, "user.safetensors.metadata.total_size").as_deref(),
-        Some("14")
-    );
-}
-
 // ------------------------------------------------------------------------------ broken indexes
 
 #[test]
@@ -888,73 +721,6 @@ fn broken_indexes_leave_the_merged_dir_out_and_fail_strict_mounts() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-// ----------------------------------------------------------------------------------- conflicts
-
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn real_entries_named_like_tensor_dirs_win() {
-    require_fuse();
-    let tmp = TempDir::new("conflict");
-    let s = tmp.join("src");
-    fs::create_dir_all(s.join("model.tensors")).unwrap();
-    fs::write(s.join("model.tensors/inside.txt"), b"real dir\n").unwrap();
-    write_safetensors(&s.join("model.safetensors"), &[u8t("w", 4, 1)], None);
-    fs::write(s.join("other.tensors"), b"real file\n").unwrap();
-    write_safetensors(&s.join("other.safetensors"), &[u8t("v", 4, 2)], None);
-    let (m, _) = mount(&s, "");
-    assert_eq!(
-        names(&m.dir),
-        [
-            "model.safetensors",
-            "model.tensors",
-            "other.safetensors",
-            "other.tensors"
-        ]
-    );
-    assert_eq!(names(&m.path("model.tensors")), ["inside.txt"]);
-    assert_eq!(
-        fs::read(m.path("model.tensors/inside.txt")).unwrap(),
-        b"real dir\n"
-    );
-    assert!(m.path("other.tensors").is_file());
-    assert_eq!(fs::read(m.path("other.tensors")).unwrap(), b"real file\n");
-}
-
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn unsharded_file_wins_over_an_index_for_the_same_dir() {
-    require_fuse();
-    let tmp = TempDir::new("unsharded");
-    let s = tmp.join("src");
-    fs::create_dir(&s).unwrap();
-    let whole = [u8t("a", 5, 1), u8t("b", 6, 2)];
-    write_safetensors(&s.join("model.safetensors"), &whole, None);
-    let shard = "model-00001-of-00001.safetensors";
-    write_safetensors(&s.join(shard), &[u8t("c", 7, 3)], None);
-    write_index(
-        &s.join("model.safetensors.index.json"),
-        None,
-        &[("c", shard)],
-    );
-    let (m, _) = mount(&s, "");
-    assert_eq!(
-        names(&m.dir),
-        [
-            "model-00001-of-00001.safetensors",
-            "model-00001-of-00001.tensors",
-            "model.safetensors",
-            "model.safetensors.index.json",
-            "model.tensors"
-        ]
-    );
-    check_tensor_dir(
-        &m.path("model.tensors"),
-        &whole.iter().collect::<Vec<_>>(),
-        &s.join("model.safetensors"),
-        false,
-    );
 }
 
 // ---------------------------------------------------------------------------- invalid sources

@@ -480,4 +480,6 @@ impl Snapshot {
 }
 
 #[cfg(test)]
+mod rules_tests;
+#[cfg(test)]
 mod tests;

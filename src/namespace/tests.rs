@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::*;
 
-struct Dir(PathBuf);
+pub(super) struct Dir(pub(super) PathBuf);
 
 impl Dir {
-    fn new() -> Dir {
+    pub(super) fn new() -> Dir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let p = std::env::temp_dir().join(format!(
             "tm-refresh-{}-{}",
@@ -27,7 +27,7 @@ impl Dir {
         Dir(p)
     }
 
-    fn join(&self, p: &str) -> PathBuf {
+    pub(super) fn join(&self, p: &str) -> PathBuf {
         self.0.join(p)
     }
 }
@@ -39,7 +39,7 @@ impl Drop for Dir {
 }
 
 /// A safetensors file of U8 tensors, each filled with its byte.
-fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
+pub(super) fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for &(name, len, byte) in tensors {
@@ -61,7 +61,7 @@ fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
 }
 
 /// Writes `bytes` to a temporary name and renames it to `path`, as publishers do.
-fn publish(path: &Path, bytes: &[u8]) {
+pub(super) fn publish(path: &Path, bytes: &[u8]) {
     let tmp = path.with_file_name(".tmpPUBLSH");
     fs::write(&tmp, bytes).unwrap();
     fs::rename(&tmp, path).unwrap();
@@ -77,7 +77,7 @@ fn rewrite(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
-fn index(map: &[(&str, &str)]) -> Vec<u8> {
+pub(super) fn index(map: &[(&str, &str)]) -> Vec<u8> {
     let weight_map: serde_json::Map<String, serde_json::Value> = map
         .iter()
         .map(|(t, s)| (t.to_string(), serde_json::Value::from(*s)))
@@ -93,13 +93,13 @@ fn options(settle: Duration) -> Options {
 }
 
 /// The inode at `path` (`/`-separated, from the root).
-fn at(s: &Snapshot, path: &str) -> Option<Ino> {
+pub(super) fn at(s: &Snapshot, path: &str) -> Option<Ino> {
     path.split('/')
         .filter(|p| !p.is_empty())
         .try_fold(ROOT, |ino, name| s.lookup(ino, name.as_bytes()))
 }
 
-fn names(s: &Snapshot, path: &str) -> Vec<String> {
+pub(super) fn names(s: &Snapshot, path: &str) -> Vec<String> {
     s.children(at(s, path).unwrap())
         .unwrap()
         .iter()
@@ -107,12 +107,12 @@ fn names(s: &Snapshot, path: &str) -> Vec<String> {
         .collect()
 }
 
-fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
+pub(super) fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
     s.read(at(s, path).unwrap(), 0, u32::MAX).unwrap()
 }
 
 /// Every path below `path` with its inode number.
-fn inos(s: &Snapshot, path: &str) -> Vec<(String, Ino)> {
+pub(super) fn inos(s: &Snapshot, path: &str) -> Vec<(String, Ino)> {
     let mut out = Vec::new();
     let mut stack = vec![(at(s, path).unwrap(), path.to_string())];
     while let Some((ino, p)) = stack.pop() {
@@ -126,7 +126,7 @@ fn inos(s: &Snapshot, path: &str) -> Vec<(String, Ino)> {
     out
 }
 
-fn removed_names(d: &Diff) -> Vec<String> {
+pub(super) fn removed_names(d: &Diff) -> Vec<String> {
     let mut v: Vec<String> = d
         .removed
         .iter()
@@ -136,19 +136,19 @@ fn removed_names(d: &Diff) -> Vec<String> {
     v
 }
 
-struct Mount {
-    writer: Writer,
-    snap: Snapshot,
+pub(super) struct Mount {
+    pub(super) writer: Writer,
+    pub(super) snap: Snapshot,
 }
 
 impl Mount {
-    fn new(src: &Path, settle: Duration) -> Mount {
+    pub(super) fn new(src: &Path, settle: Duration) -> Mount {
         let (writer, snap) = Writer::build(src, &options(settle)).unwrap();
         Mount { writer, snap }
     }
 
     /// Rescans every directory, as SIGUSR1 or a poll tick does.
-    fn rescan(&mut self) -> Diff {
+    pub(super) fn rescan(&mut self) -> Diff {
         let dirs = self.writer.dirs(&self.snap);
         let (snap, diff) = self.writer.rescan(&self.snap, &dirs);
         assert_eq!(snap.generation(), self.snap.generation() + 1);
@@ -169,7 +169,7 @@ impl Mount {
     }
 }
 
-const SETTLE: Duration = Duration::from_secs(3600);
+pub(super) const SETTLE: Duration = Duration::from_secs(3600);
 
 #[test]
 fn an_added_file_and_directory_appear_and_nothing_else_moves() {
