@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::namespace::Layout;
 use crate::refresh::{self, Mode};
+use crate::widen::Target;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 #[derive(Debug, Parser)]
@@ -100,6 +101,11 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     (
         "npy",
         "a NAME.npy view beside each tensor numpy can describe",
+    ),
+    (
+        "dtype=f32|f64",
+        "every floating-point tensor narrower than the type (BF16, F16, F8_*; F32 under f64) is \
+         presented as its exact widening to it",
     ),
     (
         "layout=flat|tree",
@@ -209,6 +215,8 @@ pub struct MountOptions {
     pub strict: bool,
     pub noexec: bool,
     pub npy: bool,
+    /// `dtype=`: the type narrower floats are widened to.
+    pub widen: Option<Target>,
     pub layout: Layout,
     /// How the mount follows changes of SOURCE.
     pub refresh: refresh::Settings,
@@ -230,6 +238,7 @@ impl Default for MountOptions {
             strict: false,
             noexec: false,
             npy: false,
+            widen: None,
             layout: Layout::Flat,
             refresh: refresh::Settings::default(),
             settle: Duration::from_secs(1),
@@ -285,6 +294,14 @@ impl MountOptions {
                 ("strict", None) => opts.strict = true,
                 ("noexec", None) => opts.noexec = true,
                 ("npy", None) => opts.npy = true,
+                ("dtype", Some(v)) => match Target::parse(v) {
+                    Some(t) => opts.widen = Some(t),
+                    None => {
+                        return Err(format!(
+                            "mount option `{opt}`: the types are `f32` and `f64`"
+                        ));
+                    }
+                },
                 ("layout", Some("flat")) => opts.layout = Layout::Flat,
                 ("layout", Some("tree")) => opts.layout = Layout::Tree,
                 ("layout", _) => {

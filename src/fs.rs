@@ -587,6 +587,27 @@ impl Filesystem for TensorFs {
                     }
                 });
             }
+            // Widening reads the stored bytes with pread, which may wait on storage.
+            Ok(Reading::Widened {
+                source,
+                head,
+                widening,
+                start,
+                offset,
+                len,
+            }) => {
+                let changed = self.changed_errno();
+                let source = source.clone();
+                self.pool.submit(move |run| {
+                    if run {
+                        serve(reply, changed, |send| {
+                            Some(source.send_widened(&head, widening, start, offset, len, send))
+                        });
+                    } else {
+                        reply.error(Errno::EIO);
+                    }
+                });
+            }
             Err(e) => reply.error(read_errno(e, self.changed_errno())),
         }
     }

@@ -6,25 +6,35 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::namespace::Listed;
+use crate::namespace::{Listed, presented};
 
-/// An aligned table: path, dtype, shape, bytes, source, offset.
+/// An aligned table: path, dtype, shape, bytes (as presented), source, offset; with `-o dtype=`
+/// also the stored dtype and bytes.
 pub fn table(rows: &[Listed<'_>]) -> String {
+    let widened = rows.iter().any(|r| r.widen.is_some());
     let cells = rows
         .iter()
         .map(|r| {
-            vec![
+            let (dtype, size) = presented(r.tensor, r.widen);
+            let mut row = vec![
                 printable(&r.path),
-                r.tensor.dtype_name(),
+                format!("{dtype:?}"),
                 r.tensor.shape_json(),
-                r.tensor.size().to_string(),
+                size.to_string(),
                 printable(&r.source.to_string_lossy()),
                 r.offset.to_string(),
-            ]
+            ];
+            if widened {
+                row.extend([r.tensor.dtype_name(), r.tensor.size().to_string()]);
+            }
+            row
         })
         .collect();
-    let header = ["PATH", "DTYPE", "SHAPE", "BYTES", "SOURCE", "OFFSET"];
-    aligned(&header, cells, &[3, 5])
+    let mut header = vec!["PATH", "DTYPE", "SHAPE", "BYTES", "SOURCE", "OFFSET"];
+    if widened {
+        header.extend(["STORED_DTYPE", "STORED_BYTES"]);
+    }
+    aligned(&header, cells, &[3, 5, 7])
 }
 
 /// What a person wants to know first: per source file and in total, the tensor count, parameter
@@ -118,20 +128,27 @@ fn aligned(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
     out
 }
 
-/// A JSON array of objects: path, name, dtype, shape, size, source, offset.
+/// A JSON array of objects: path, name, dtype, shape, size (as presented), source, offset; for a
+/// tensor widened by `-o dtype=`, also `stored_dtype` and `stored_size`.
 pub fn json(rows: &[Listed<'_>]) -> String {
     let items: Vec<_> = rows
         .iter()
         .map(|r| {
-            json!({
+            let (dtype, size) = presented(r.tensor, r.widen);
+            let mut item = json!({
                 "path": r.path,
                 "name": &*r.tensor.name,
-                "dtype": r.tensor.dtype_name(),
+                "dtype": format!("{dtype:?}"),
                 "shape": r.tensor.shape,
-                "size": r.tensor.size(),
+                "size": size,
                 "source": r.source.to_string_lossy(),
                 "offset": r.offset,
-            })
+            });
+            if r.widen.is_some() {
+                item["stored_dtype"] = json!(r.tensor.dtype_name());
+                item["stored_size"] = json!(r.tensor.size());
+            }
+            item
         })
         .collect();
     let mut s = serde_json::to_string_pretty(&items).unwrap_or_default();

@@ -45,6 +45,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         strict: opts.strict,
         layout: opts.layout,
         npy: opts.npy,
+        widen: opts.widen,
         settle: opts.settle,
     };
     if args.list {

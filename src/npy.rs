@@ -37,7 +37,12 @@ fn descr(dtype: Dtype) -> Option<&'static str> {
 /// The NPY header for a tensor, or `None` if numpy cannot describe its dtype or the header would
 /// not fit version 1.0 (a shape of thousands of dimensions).
 pub fn header(tensor: &Tensor) -> Option<Vec<u8>> {
-    let descr = descr(tensor.dtype)?;
+    header_as(tensor.dtype, tensor)
+}
+
+/// The NPY header for a tensor's shape presented as `dtype` (a widened tensor's).
+pub fn header_as(dtype: Dtype, tensor: &Tensor) -> Option<Vec<u8>> {
+    let descr = descr(dtype)?;
     // Python's repr of a shape tuple: `()`, `(3,)`, `(3, 4)`.
     let dims: Vec<String> = tensor.shape.iter().map(usize::to_string).collect();
     let shape = match dims.len() {

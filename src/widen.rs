@@ -14,7 +14,7 @@
 //!   exact; 0xFF becomes the positive quiet NaN.
 //! - F32 to float64: the hardware conversion (signalling NaNs are quieted, as numpy does).
 //!
-//! The packed 4- and 6-bit formats (F4, F6_*) are not widened yet: they are served as stored.
+//! The packed 4- and 6-bit formats (F4, F6_*) are not widened: they are served as stored.
 
 use crate::format::Dtype;
 

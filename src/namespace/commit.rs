@@ -219,22 +219,26 @@ fn same_file(a: &Node, b: &Node) -> bool {
                 Content::Tensor {
                     source: x,
                     tensor: t,
+                    widen: v,
                 },
                 Content::Tensor {
                     source: y,
                     tensor: u,
+                    widen: w,
                 },
             )
             | (
                 Content::Npy {
                     source: x,
                     tensor: t,
+                    widen: v,
                 },
                 Content::Npy {
                     source: y,
                     tensor: u,
+                    widen: w,
                 },
-            ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(t, u),
+            ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(t, u) && v == w,
             (Content::Generated(x), Content::Generated(y))
             | (Content::Link(x), Content::Link(y)) => x == y,
             _ => false,

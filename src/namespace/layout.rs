@@ -13,11 +13,12 @@ use serde_json::Value;
 use super::draft::{self, Draft};
 use super::{
     Attr, Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source, TENSOR_FILE,
-    XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs,
+    XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs, presented,
 };
 use crate::format::Tensor;
 use crate::names::Shortener;
 use crate::npy;
+use crate::widen::Widening;
 
 /// A tensor with the source it is served from.
 pub(super) type Entry = (Arc<Tensor>, Arc<Source>);
@@ -151,27 +152,36 @@ fn add_leaves(
             Cow::Borrowed(same) if same == &*tensor.name => Arc::<str>::clone(&tensor.name).into(),
             other => other.as_bytes().into(),
         };
+        let widen = widening(options, tensor);
         children.push(Draft::file(
             name,
-            draft::file_attr(&src.meta, tensor.size()),
+            draft::file_attr(&src.meta, presented(tensor, widen).1),
             Content::Tensor {
                 source: src.clone(),
                 tensor: tensor.clone(),
+                widen,
             },
         ));
     }
     if options.npy {
-        add_npy_views(names, &leaves, &mut children);
+        add_npy_views(options, names, &leaves, &mut children);
     }
     children
 }
 
 /// `NAME.npy` beside each tensor file numpy can describe, unless an entry of the directory
 /// already has that name (a tensor named `NAME.npy`).
-fn add_npy_views(names: &mut Shortener, leaves: &[Leaf<'_>], children: &mut Vec<Draft>) {
+fn add_npy_views(
+    options: &Options,
+    names: &mut Shortener,
+    leaves: &[Leaf<'_>],
+    children: &mut Vec<Draft>,
+) {
     let taken: HashSet<Arc<[u8]>> = children.iter().map(|c| c.name.clone()).collect();
     for &(leaf_name, (tensor, src)) in leaves {
-        let Some(header) = npy::header(tensor) else {
+        let widen = widening(options, tensor);
+        let (dtype, presented) = presented(tensor, widen);
+        let Some(header) = npy::header_as(dtype, tensor) else {
             continue;
         };
         let name = match leaf_name {
@@ -186,16 +196,22 @@ fn add_npy_views(names: &mut Shortener, leaves: &[Leaf<'_>], children: &mut Vec<
             );
             continue;
         }
-        let size = header.len() as u64 + tensor.size();
+        let size = header.len() as u64 + presented;
         children.push(Draft::file(
             name.into_bytes().into(),
             draft::file_attr(&src.meta, size),
             Content::Npy {
                 source: src.clone(),
                 tensor: tensor.clone(),
+                widen,
             },
         ));
     }
+}
+
+/// How `-o dtype=` presents `tensor`: widened, or as stored (`None`).
+fn widening(options: &Options, tensor: &Tensor) -> Option<Widening> {
+    Widening::new(tensor.dtype, options.widen?)
 }
 
 /// A tensor placed in a directory: its name there and the tensor with its source.

@@ -27,6 +27,7 @@ use super::parallel;
 use super::sets::{self, Plan};
 use crate::format::{self, FormatError, Tensor};
 use crate::index::{self, Index};
+use crate::widen::Widening;
 
 /// A file or directory of the source filesystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -401,6 +402,43 @@ impl Source {
         Ok(())
     }
 
+    /// Sends `head`, then presented bytes `[offset, offset + len)` of a tensor whose stored bytes
+    /// start at `start`, widened by `widening`: the stored elements under that range are read
+    /// with `pread` (a file cut short is an error, never a short reply) and widened into a buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_widened(
+        self: &Arc<Self>,
+        head: &[u8],
+        widening: Widening,
+        start: u64,
+        offset: u64,
+        len: u64,
+        send: impl FnOnce(&[u8]),
+    ) -> Result<(), ReadError> {
+        let opened = self.opened()?;
+        self.used.store(now_ms(), Ordering::Relaxed);
+        let stored = widening.stored_range(offset, len);
+        let (from, to) = (start + stored.start, start + stored.start + stored.len);
+        if stored.len > 0 && !self.intact(&opened, to) {
+            return Err(ReadError::SourceChanged);
+        }
+        WIDEN.with_borrow_mut(|(raw, out)| {
+            raw.resize(stored.len as usize, 0);
+            if let Err(e) = opened.file.read_exact_at(raw, from) {
+                warn!("{}: read failed: {e}", self.path.display());
+                return Err(ReadError::Io);
+            }
+            out.clear();
+            out.extend_from_slice(head);
+            out.resize(head.len() + len as usize, 0);
+            if !widening.convert(raw, offset, &mut out[head.len()..]) {
+                return Err(ReadError::Io);
+            }
+            send(out);
+            Ok(())
+        })
+    }
+
     /// The open descriptor, or the file opened again for this one use.
     fn file_for_read(&self) -> Result<FileRef, String> {
         let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
@@ -615,6 +653,9 @@ const COPY_BELOW: u64 = 32 << 10;
 const READ_AROUND: u64 = 128 << 10;
 
 thread_local! {
+    /// The stored bytes and the widened reply of [`Source::send_widened`], kept between reads.
+    static WIDEN: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     /// The buffer of a FUSE thread's copied reads.
     static COPY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
