@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loads every tensor of a model, for the mount benchmark (benches/mount.rs, item 5 and 7).
+"""Loads every tensor of a model, for the mount benchmark (benches/mount/, items 5 and 7).
 
     load_all.py st FILE PASSES
         safetensors.safe_open(FILE, framework="numpy").get_tensor(name) for every name

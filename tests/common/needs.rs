@@ -4,6 +4,8 @@
 //! message that names `tests/run`, the command that prepares everything.
 
 use std::path::{Path, PathBuf};
+
+use super::find_python;
 use std::process::{Command, Stdio};
 
 pub fn in_ci() -> bool {
@@ -35,24 +37,13 @@ pub fn require_tools(tools: &[&str]) {
     );
 }
 
-/// The Python with the official `safetensors` and numpy: $TENSORMOUNT_PYTHON, else the repo's
-/// `.venv` (which `tests/run` creates).
+/// The Python with the official `safetensors` and numpy ([`find_python`]: $TENSORMOUNT_PYTHON,
+/// else the repo's `.venv`, which `tests/run` creates).
 pub fn python() -> PathBuf {
-    let candidate = std::env::var_os("TENSORMOUNT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    let ok = Command::new(&candidate)
-        .args(["-c", "import safetensors, numpy"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "no Python with safetensors and numpy at {}: `tests/run` creates .venv with \
+    find_python().expect(
+        "no Python with safetensors and numpy: `tests/run` creates .venv with \
          tests/python/requirements.txt (or set TENSORMOUNT_PYTHON)",
-        candidate.display()
-    );
-    candidate
+    )
 }
 
 /// Asserts that the oracle's Python can import `module`.

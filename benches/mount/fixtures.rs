@@ -1,0 +1,287 @@
+//! The benchmark's fixtures, written with the tests' hand writer (`tests/common/fixtures.rs`):
+//! their sizes, the data fixture of items 1-5 and 7 (random bytes, synced to disk, read once so
+//! the source's page cache is hot) and the sparse many-shard model of items 6, 8 and 9 with its
+//! local baseline directory.
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::measure::read_range;
+use crate::shared_fixtures::{Fill, Spec, write_generated};
+use crate::{GIB, MIB, Res, err};
+
+/// Columns of the random-looking test tensors (F16).
+pub const COLS: u64 = 16384;
+/// The real checkpoint item 6 imitates.
+pub const LARGE_SHARDS: usize = 163;
+pub const LARGE_TENSORS: usize = 92_000;
+/// The header metadata of every fixture, as torch's writer puts it.
+pub const METADATA: &[(&str, &str)] = &[("format", "pt")];
+
+/// Fixture sizes: full, or a small version for --quick.
+pub struct Sizes {
+    /// The single large tensor of items 1, 2, 4 (bytes).
+    pub big: u64,
+    /// Each of the 4 tensors of item 3 (bytes).
+    pub par: u64,
+    /// Hidden size and vocabulary of the multi-tensor model of items 5 and 7 (16 layers).
+    pub hidden: u64,
+    pub vocab: u64,
+    pub layers: u64,
+    /// Shards and tensors of the item 6 model.
+    pub shards: usize,
+    pub tensors: usize,
+    /// 4 KiB random reads per run (item 4).
+    pub rand_ops: usize,
+    /// Runs and time budget of the slow `getfattr -d` over every tensor.
+    pub getfattr_runs: usize,
+    pub getfattr_budget: Duration,
+    /// Runs of `getfattr -d` on one tensor.
+    pub one_getfattr_runs: usize,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Sizes {
+        if quick {
+            let shards = 16;
+            Sizes {
+                big: 64 * MIB,
+                par: 16 * MIB,
+                hidden: 512,
+                vocab: 4096,
+                layers: 16,
+                shards,
+                tensors: LARGE_TENSORS * shards / LARGE_SHARDS,
+                rand_ops: 2000,
+                getfattr_runs: 1,
+                getfattr_budget: Duration::ZERO,
+                one_getfattr_runs: 5,
+            }
+        } else {
+            Sizes {
+                big: GIB,
+                par: GIB / 4,
+                hidden: 2048,
+                vocab: 16384,
+                layers: 16,
+                shards: LARGE_SHARDS,
+                tensors: LARGE_TENSORS,
+                rand_ops: 20_000,
+                getfattr_runs: 3,
+                getfattr_budget: Duration::from_secs(100),
+                one_getfattr_runs: 21,
+            }
+        }
+    }
+}
+
+pub fn setxattr(path: &CString, name: &str, value: &str) -> Res<()> {
+    let n = CString::new(name).map_err(err("name"))?;
+    // SAFETY: valid C strings and a readable value buffer of the given length.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(format!("setxattr {name}: {}", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Reads a file once so its page cache is hot.
+pub fn warm_file(path: &Path) -> Res<()> {
+    let f = File::open(path).map_err(err(path.display()))?;
+    let len = f.metadata().map_err(err(path.display()))?.len();
+    let mut buf = vec![0u8; MIB as usize];
+    read_range(&f, 0, len, &mut buf)
+}
+
+/// The data fixtures of items 1-5 and 7, in `root/data`.
+pub struct DataFixture {
+    pub dir: PathBuf,
+    pub big_file: PathBuf,
+    pub model_file: PathBuf,
+    pub model_bytes: u64,
+    pub model_tensors: usize,
+}
+
+pub const PAR: [&str; 4] = [
+    "par.0.weight",
+    "par.1.weight",
+    "par.2.weight",
+    "par.3.weight",
+];
+
+pub fn build_data(root: &Path, sz: &Sizes) -> Res<DataFixture> {
+    let dir = root.join("data");
+    fs::create_dir_all(&dir).map_err(err(dir.display()))?;
+    // A small tensor first, so big.weight starts at an offset that is not page-aligned, as in
+    // real checkpoints.
+    let mut big = vec![
+        Spec::new("norm.weight", "F32", &[1000]),
+        Spec::new("big.weight", "F16", &[sz.big / 2 / COLS, COLS]),
+    ];
+    for p in PAR {
+        big.push(Spec::new(p, "F16", &[sz.par / 2 / COLS, COLS]));
+    }
+    let big_file = dir.join("big.safetensors");
+    write_generated(
+        &big_file,
+        &big,
+        Some(METADATA),
+        Fill::Random(0x9e37_79b9_7f4a_7c15),
+    )
+    .map_err(err(big_file.display()))?;
+
+    let (h, v) = (sz.hidden, sz.vocab);
+    let mut model = vec![Spec::new("model.embed_tokens.weight", "F16", &[v, h])];
+    for l in 0..sz.layers {
+        for p in ["q_proj", "k_proj", "v_proj", "o_proj"] {
+            model.push(Spec::new(
+                format!("model.layers.{l}.self_attn.{p}.weight"),
+                "F16",
+                &[h, h],
+            ));
+        }
+        for p in ["gate_proj", "up_proj", "down_proj"] {
+            model.push(Spec::new(
+                format!("model.layers.{l}.mlp.{p}.weight"),
+                "F16",
+                &[h, h],
+            ));
+        }
+        for p in ["input_layernorm", "post_attention_layernorm"] {
+            model.push(Spec::new(
+                format!("model.layers.{l}.{p}.weight"),
+                "F32",
+                &[h],
+            ));
+        }
+    }
+    model.push(Spec::new("model.norm.weight", "F32", &[h]));
+    model.push(Spec::new("lm_head.weight", "F16", &[v, h]));
+    let model_file = dir.join("model.safetensors");
+    let model_bytes = write_generated(
+        &model_file,
+        &model,
+        Some(METADATA),
+        Fill::Random(0x2545_f491_4f6c_dd1d),
+    )
+    .map_err(err(model_file.display()))?
+    .data_len();
+    warm_file(&big_file)?;
+    warm_file(&model_file)?;
+    Ok(DataFixture {
+        dir,
+        big_file,
+        model_file,
+        model_bytes,
+        model_tensors: model.len(),
+    })
+}
+
+/// The item 6 model (sparse shards plus index) and its local baseline directory.
+pub struct LargeFixture {
+    pub dir: PathBuf,
+    pub local: PathBuf,
+    pub entries: usize,
+    /// A tensor of the middle shard, and one of the first.
+    pub one_tensor: String,
+    pub first_tensor: String,
+}
+
+pub fn large_names(n: usize) -> Vec<Spec> {
+    let mut out = Vec::with_capacity(n);
+    'outer: for l in 0.. {
+        for e in 0..256 {
+            for p in ["gate_proj", "up_proj", "down_proj"] {
+                if out.len() >= n {
+                    break 'outer;
+                }
+                let base = format!("model.layers.{l}.mlp.experts.{e}.{p}");
+                out.push(Spec::new(
+                    format!("{base}.weight"),
+                    "F8_E4M3",
+                    &[2048, 2048],
+                ));
+                if out.len() < n {
+                    out.push(Spec::new(
+                        format!("{base}.weight_scale_inv"),
+                        "F32",
+                        &[16, 56],
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn build_large(root: &Path, sz: &Sizes) -> Res<LargeFixture> {
+    let dir = root.join("large");
+    let local = root.join("local").join("model.tensors");
+    fs::create_dir_all(&dir).map_err(err(dir.display()))?;
+    fs::create_dir_all(&local).map_err(err(local.display()))?;
+    let tensors = large_names(sz.tensors);
+    let per = tensors.len().div_ceil(sz.shards);
+    let mut weight_map = String::new();
+    let mut total = 0u64;
+    for (i, shard) in tensors.chunks(per).enumerate() {
+        let name = format!("model-{:05}-of-{:05}.safetensors", i + 1, sz.shards);
+        let path = dir.join(&name);
+        // Sparse: the data section is a hole.
+        let layout = write_generated(&path, shard, Some(METADATA), Fill::Hole)
+            .map_err(err(path.display()))?;
+        total += layout.data_len();
+        let source = fs::canonicalize(&path).map_err(err(path.display()))?;
+        let source = source.to_string_lossy();
+        for (t, &(b, e)) in shard.iter().zip(&layout.offsets) {
+            if !weight_map.is_empty() {
+                weight_map.push(',');
+            }
+            let _ = write!(weight_map, r#""{}":"{name}""#, t.name);
+            // The local baseline: an empty file with the 6 xattrs the mount shows.
+            let file = local.join(&t.name);
+            File::create(&file).map_err(err(file.display()))?;
+            let c = CString::new(file.as_os_str().as_bytes()).map_err(err("path"))?;
+            let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+            setxattr(&c, "user.safetensors.data_offsets", &format!("[{b},{e}]"))?;
+            setxattr(&c, "user.safetensors.dtype", t.dtype)?;
+            setxattr(&c, "user.safetensors.name", &t.name)?;
+            let abs = 8 + layout.header_len + b;
+            setxattr(&c, "user.safetensors.offset", &abs.to_string())?;
+            setxattr(
+                &c,
+                "user.safetensors.shape",
+                &format!("[{}]", shape.join(",")),
+            )?;
+            setxattr(&c, "user.safetensors.source", &source)?;
+        }
+    }
+    // The merged directory also holds __metadata__ (the index has metadata).
+    File::create(local.join("__metadata__")).map_err(err("__metadata__"))?;
+    let index = format!(r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{weight_map}}}}}"#);
+    let ipath = dir.join("model.safetensors.index.json");
+    fs::write(&ipath, index).map_err(err(ipath.display()))?;
+    let one_tensor = tensors
+        .get(tensors.len() / 2)
+        .map(|t| t.name.clone())
+        .unwrap_or_default();
+    Ok(LargeFixture {
+        dir,
+        local,
+        entries: tensors.len() + 1,
+        one_tensor,
+        first_tensor: tensors.first().map(|t| t.name.clone()).unwrap_or_default(),
+    })
+}
