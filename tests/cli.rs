@@ -8,7 +8,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -213,89 +213,6 @@ fn statvfs_errno(path: &Path) -> Option<i32> {
     (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
-/// A foreground daemon (`tensormount -f`) the test spawned. On drop: lazy unmount, then kill.
-struct Fg {
-    child: Child,
-    mnt: PathBuf,
-}
-
-impl Fg {
-    fn spawn(src: &Path, mnt: &Path, opts: &[&str]) -> Fg {
-        let child = Command::new(bin())
-            .arg("-f")
-            .args(opts)
-            .arg(src)
-            .arg(mnt)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        Fg {
-            child,
-            mnt: mnt.to_path_buf(),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn signal(&self, sig: i32) {
-        kill(self.pid(), sig);
-    }
-
-    /// Waits for the mount to appear, failing early if the daemon exits.
-    fn wait_mounted(&mut self) {
-        let start = Instant::now();
-        while !is_mounted(&self.mnt) {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                panic!("daemon exited ({st}) before mounting: {}", self.stderr());
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "no mount");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// Waits up to `limit` for the process to exit.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "foreground daemon still running after {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Its stderr so far (read to the end: only once it has exited).
-    fn stderr(&mut self) -> String {
-        let mut s = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut s);
-        }
-        s
-    }
-}
-
-impl Drop for Fg {
-    fn drop(&mut self) {
-        drop(MountGuard(self.mnt.clone()));
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Asserts the error contract: non-zero exit, exactly one line on stderr, starting
 /// `tensormount: `, containing each of `needles`.
 fn assert_error(o: &Output, needles: &[&str]) {
@@ -459,8 +376,8 @@ fn proc_mounts_shows_absolute_source_type_and_ro() {
 
 fn foreground_ends_on(how: &str) {
     let (_tmp, mnt) = mnt_dir("fg");
-    let mut fg = Fg::spawn(&example(), &mnt, &[]);
-    fg.wait_mounted();
+    let mut fg = Daemon::start(&example(), &mnt, &[], &mnt.with_extension("log"), |_| {}).unwrap();
+    fg.wait_mounted(Duration::from_secs(10)).unwrap();
     assert!(fs::read_dir(&mnt).unwrap().count() > 0);
     match how {
         "TERM" => fg.signal(libc::SIGTERM),
@@ -521,8 +438,8 @@ fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
             .unwrap()
             .join(format!("mnt{round}"));
         fs::create_dir(&mnt).unwrap();
-        let mut fg = Fg::spawn(&src, &mnt, &[]);
-        fg.wait_mounted();
+        let mut fg = Daemon::start(&src, &mnt, &[], &mnt.with_extension("log"), |_| {}).unwrap();
+        fg.wait_mounted(Duration::from_secs(10)).unwrap();
 
         // Opened, not read yet: every byte read below must come from the daemon after the signal.
         let mut held = File::open(mnt.join("w")).unwrap();
@@ -560,7 +477,7 @@ fn foreground_sigterm_right_after_mount_leaves_no_stale_mount() {
     // a third of the time when signals are blocked too late, so 20 rounds all but always do.
     for round in 0..20 {
         let (_tmp, mnt) = mnt_dir("fgrace");
-        let mut fg = Fg::spawn(&src, &mnt, &[]);
+        let mut fg = Daemon::start(&src, &mnt, &[], &mnt.with_extension("log"), |_| {}).unwrap();
         let start = Instant::now();
         while !is_mounted(&mnt) {
             if let Some(st) = fg.child.try_wait().unwrap() {
@@ -642,8 +559,8 @@ fn error_already_mounted() {
 fn error_stale_mount_after_foreground_daemon_killed() {
     require_fuse();
     let (_tmp, mnt) = mnt_dir("stalefg");
-    let mut fg = Fg::spawn(&example(), &mnt, &[]);
-    fg.wait_mounted();
+    let mut fg = Daemon::start(&example(), &mnt, &[], &mnt.with_extension("log"), |_| {}).unwrap();
+    fg.wait_mounted(Duration::from_secs(10)).unwrap();
     fg.signal(libc::SIGKILL);
     fg.wait(Duration::from_secs(10));
     assert!(is_mounted(&mnt), "SIGKILL should leave the mount behind");

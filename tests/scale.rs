@@ -6,44 +6,28 @@ use common::*;
 
 use std::fs;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 
-/// Runs the daemon in the foreground with a soft RLIMIT_NOFILE of `nofile`; returns the child and
-/// the mount point once the mount is live.
-fn spawn_foreground(
-    source: &std::path::Path,
-    mnt: &std::path::Path,
-    nofile: u64,
-) -> std::process::Child {
-    let mut cmd = Command::new(bin());
-    cmd.arg("-f").arg(source).arg(mnt).stdin(Stdio::null());
-    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: nofile,
-                rlim_max: nofile,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
-    wait_for("the mount", || {
-        assert!(child.try_wait().unwrap().is_none(), "daemon exited early");
-        is_mounted(mnt)
-    });
-    child
-}
-
-fn stop(mut child: std::process::Child, mnt: &std::path::Path) {
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert!(status.success(), "daemon exit: {status}");
-    assert!(!is_mounted(mnt));
+/// The daemon in the foreground under a RLIMIT_NOFILE of `nofile`, once its mount is live.
+fn spawn_foreground(source: &std::path::Path, mnt: &std::path::Path, nofile: u64) -> Daemon {
+    let log = mnt.with_extension("log");
+    let mut d = Daemon::start(source, mnt, &[], &log, |cmd| {
+        // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: nofile,
+                    rlim_max: nofile,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    })
+    .unwrap();
+    d.wait_mounted(std::time::Duration::from_secs(60)).unwrap();
+    d
 }
 
 #[test]
@@ -89,7 +73,7 @@ fn fifteen_hundred_shards_mount_under_a_64_descriptor_limit() {
 
     let mnt = tmp.join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let child = spawn_foreground(&model, &mnt, 64);
+    let mut child = spawn_foreground(&model, &mnt, 64);
     let merged = mnt.join("model.tensors");
     assert_eq!(fs::read_dir(&merged).unwrap().count(), 2 * n as usize + 1);
     for i in [0, 749, 1499] {
@@ -114,7 +98,7 @@ fn fifteen_hundred_shards_mount_under_a_64_descriptor_limit() {
             fs::canonicalize(&shard).unwrap().to_str().unwrap()
         );
     }
-    stop(child, &mnt);
+    child.stop();
 }
 
 #[test]
@@ -138,14 +122,8 @@ fn a_100_gb_model_mounts_without_reading_its_data() {
 
     let mnt = tmp.join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let child = spawn_foreground(&path, &mnt, 1024);
-    let io = fs::read_to_string(format!("/proc/{}/io", child.id())).unwrap();
-    let rchar: u64 = io
-        .lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let mut child = spawn_foreground(&path, &mnt, 1024);
+    let rchar = proc_io(child.pid(), "rchar").unwrap();
     assert!(
         rchar < 1 << 20,
         "the daemon read {rchar} bytes while mounting"
@@ -156,17 +134,7 @@ fn a_100_gb_model_mounts_without_reading_its_data() {
         getxattr(&mnt.join("tail"), "user.safetensors.offset").unwrap(),
         (data_start + size).to_string()
     );
-    stop(child, &mnt);
-}
-
-/// Bytes the daemon has written (its FUSE replies), from /proc/PID/io.
-fn daemon_wchar(pid: u32) -> u64 {
-    let io = fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix("wchar: "))
-        .unwrap()
-        .parse()
-        .unwrap()
+    child.stop();
 }
 
 #[test]
@@ -189,11 +157,11 @@ fn mirrored_files_are_read_by_the_kernel_through_passthrough_and_tensors_by_the_
     );
     let mnt = tmp.join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let child = spawn_foreground(&model, &mnt, 1024);
-    let before = daemon_wchar(child.id());
+    let mut child = spawn_foreground(&model, &mnt, 1024);
+    let before = proc_io(child.pid(), "wchar").unwrap();
     let mirrored = fs::read(mnt.join("model.safetensors")).unwrap();
     assert_eq!(mirrored, fs::read(model.join("model.safetensors")).unwrap());
-    let after_mirror = daemon_wchar(child.id());
+    let after_mirror = proc_io(child.pid(), "wchar").unwrap();
     assert!(
         after_mirror - before < 1 << 20,
         "the daemon replied {} bytes for a 16 MiB mirrored file: no passthrough",
@@ -201,6 +169,6 @@ fn mirrored_files_are_read_by_the_kernel_through_passthrough_and_tensors_by_the_
     );
     // A tensor cannot be passed through (its offsets differ from the source's): the daemon serves it.
     assert_eq!(fs::read(mnt.join("model.tensors/w")).unwrap(), data);
-    assert!(daemon_wchar(child.id()) - after_mirror >= 16 << 20);
-    stop(child, &mnt);
+    assert!(proc_io(child.pid(), "wchar").unwrap() - after_mirror >= 16 << 20);
+    child.stop();
 }

@@ -8,8 +8,8 @@ use std::io::ErrorKind;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -52,57 +52,6 @@ impl Drop for Mnt {
                 break;
             }
             let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
-
-/// A foreground daemon, killed on drop if still running.
-struct Fg(Child);
-
-impl Fg {
-    fn spawn(args: &[&str], notify: Option<&str>) -> Fg {
-        let mut cmd = Command::new(bin());
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        match notify {
-            Some(n) => cmd.env("NOTIFY_SOCKET", n),
-            None => cmd.env_remove("NOTIFY_SOCKET"),
-        };
-        Fg(cmd.spawn().unwrap())
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill on the pid of a child this test started and has not reaped.
-        assert_eq!(unsafe { libc::kill(self.0.id() as i32, sig) }, 0);
-    }
-
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(st) = self.0.try_wait().unwrap() {
-                return st;
-            }
-            assert!(start.elapsed() < limit, "daemon did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stderr(&mut self) -> String {
-        let mut s = String::new();
-        if let Some(mut e) = self.0.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut s);
-        }
-        s
-    }
-}
-
-impl Drop for Fg {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
         }
     }
 }
@@ -207,6 +156,18 @@ fn systemd_analyze_verify_accepts_the_units() {
 // sd_notify
 // ---------------------------------------------------------------------------------------------
 
+/// A foreground daemon started with `NOTIFY_SOCKET` set to `notify` (or unset), not waited for:
+/// the tests wait for its readiness message instead.
+fn notified(src: &Path, mnt: &Path, opts: &[&str], notify: Option<&str>) -> Daemon {
+    Daemon::start(src, mnt, opts, &mnt.with_extension("stderr"), |cmd| {
+        match notify {
+            Some(n) => cmd.env("NOTIFY_SOCKET", n),
+            None => cmd.env_remove("NOTIFY_SOCKET"),
+        };
+    })
+    .unwrap()
+}
+
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
@@ -214,7 +175,7 @@ fn foreground_notifies_ready_once_mounted_and_stopping_on_sigterm() {
     let m = Mnt::new("notify-fg");
     let (sock, path) = notify_socket(m.tmp.path());
     let src = example();
-    let mut fg = Fg::spawn(&["-f", s(&src), s(&m.dir)], Some(&path));
+    let mut fg = notified(&src, &m.dir, &[], Some(&path));
     let msg = recv(&sock);
     // At the moment READY=1 arrives, the mount is there and serves.
     assert!(is_mounted(&m.dir), "READY=1 before the mount existed");
@@ -245,7 +206,7 @@ fn foreground_notifies_an_abstract_socket() {
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let src = example();
-    let mut fg = Fg::spawn(&["-f", s(&src), s(&m.dir)], Some(&format!("@{name}")));
+    let mut fg = notified(&src, &m.dir, &[], Some(&format!("@{name}")));
     assert_eq!(lines(&recv(&sock)), ["READY=1"]);
     assert!(is_mounted(&m.dir));
     fg.signal(libc::SIGINT);
@@ -335,16 +296,10 @@ fn log_file_receives_warnings_while_serving() {
     let log = m.tmp.join("tensormount.log");
     fs::write(&log, "earlier line\n").unwrap();
     // Frozen (refresh=off), so that the truncated file stays in the tree and reads of it warn.
-    let mut fg = Fg::spawn(
-        &[
-            "-f",
-            "-o",
-            "refresh=off",
-            "--log-file",
-            s(&log),
-            s(&src),
-            s(&m.dir),
-        ],
+    let mut fg = notified(
+        &src,
+        &m.dir,
+        &["-o", "refresh=off", "--log-file", s(&log)],
         None,
     );
     wait_for("mount", || is_mounted(&m.dir));

@@ -277,6 +277,7 @@ pub struct Daemon {
     pub child: Child,
     mnt: PathBuf,
     log: PathBuf,
+    started: Instant,
 }
 
 impl Daemon {
@@ -292,9 +293,8 @@ impl Daemon {
         Daemon::try_spawn(src, mnt, opts, &[], log, limit).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Daemon::spawn`] with `env` added to the daemon's environment (`RUST_LOG` is removed), and
-    /// the failure as an error: the daemon exited before mounting, or no mount after `limit` (the
-    /// daemon is then killed).
+    /// [`Daemon::spawn`] with `env` added to the daemon's environment, and the failure as an
+    /// error: the daemon exited before mounting, or no mount after `limit` (it is then killed).
     pub fn try_spawn(
         src: &Path,
         mnt: &Path,
@@ -303,42 +303,65 @@ impl Daemon {
         log: &Path,
         limit: Duration,
     ) -> Result<(Daemon, Duration), String> {
-        let start = Instant::now();
+        let mut d = Daemon::start(src, mnt, opts, log, |cmd| {
+            cmd.envs(env.iter().copied());
+        })?;
+        let took = d.wait_mounted(limit)?;
+        Ok((d, took))
+    }
+
+    /// Starts `tensormount -f [opts] src mnt` (without `RUST_LOG`, stderr in `log`) and returns
+    /// at once; `setup` may add to the command first (environment, resource limits).
+    pub fn start(
+        src: &Path,
+        mnt: &Path,
+        opts: &[&str],
+        log: &Path,
+        setup: impl FnOnce(&mut Command),
+    ) -> Result<Daemon, String> {
         let stderr = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(bin())
-            .arg("-f")
+        let mut cmd = Command::new(bin());
+        cmd.arg("-f")
             .args(opts)
             .arg(src)
             .arg(mnt)
             .env_remove("RUST_LOG")
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr(stderr);
+        setup(&mut cmd);
+        let started = Instant::now();
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", bin()))?;
-        let mut d = Daemon {
+        Ok(Daemon {
             child,
             mnt: mnt.to_path_buf(),
             log: log.to_path_buf(),
-        };
-        while !is_mounted(mnt) {
-            if let Some(st) = d.child.try_wait().map_err(|e| e.to_string())? {
+            started,
+        })
+    }
+
+    /// Waits up to `limit` for the mount to appear; returns how long after the start it did. An
+    /// error if the daemon exits first or the limit passes.
+    pub fn wait_mounted(&mut self, limit: Duration) -> Result<Duration, String> {
+        let wait = Instant::now();
+        while !is_mounted(&self.mnt) {
+            if let Some(st) = self.child.try_wait().map_err(|e| e.to_string())? {
                 return Err(format!(
                     "daemon exited ({st}) before mounting: {}",
-                    d.stderr()
+                    self.stderr()
                 ));
             }
-            if start.elapsed() >= limit {
+            if wait.elapsed() >= limit {
                 return Err(format!(
                     "no mount after {limit:?}; stderr so far: {}",
-                    d.stderr()
+                    self.stderr()
                 ));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let took = start.elapsed();
-        Ok((d, took))
+        Ok(self.started.elapsed())
     }
 
     pub fn pid(&self) -> i32 {
