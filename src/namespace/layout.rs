@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::Arc;
 
 use log::{debug, warn};
@@ -12,8 +13,8 @@ use serde_json::Value;
 
 use super::draft::{self, Draft};
 use super::{
-    Attr, Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source, TENSOR_FILE,
-    XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs, presented,
+    Attr, BuildError, Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source,
+    TENSOR_FILE, XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs, presented,
 };
 use crate::format::Tensor;
 use crate::names::Shortener;
@@ -25,15 +26,17 @@ pub(super) type Entry = (Arc<Tensor>, Arc<Source>);
 
 /// The entries of a tensor directory whose attributes are `dir` (also those of its
 /// subdirectories); `__metadata__` comes from `owner` (the file or index it stands for) and is
-/// readable as that file is. `budget`: how many directories `layout=tree` may make.
+/// readable as that file is. `budget`: how many directories `layout=tree` may make. `origin`: the
+/// file or index, for the error.
 pub(super) fn tensor_dir(
     options: &Options,
+    origin: &Path,
     owner: &Metadata,
     dir: &Attr,
     mut entries: Vec<Entry>,
     metadata_json: Option<Arc<[u8]>>,
     budget: usize,
-) -> Result<Vec<Draft>, String> {
+) -> Result<Vec<Draft>, BuildError> {
     // Names are unique within a file or set, so a stable sort would buy nothing.
     entries.sort_unstable_by(|a, b| a.0.name.cmp(&b.0.name));
     let mut children = match options.layout {
@@ -46,10 +49,7 @@ pub(super) fn tensor_dir(
         }
         Layout::Tree => {
             let Some((root, mut stray)) = Branch::plant(&entries, budget) else {
-                return Err(format!(
-                    "layout=tree would make over {} entries",
-                    super::MAX_NODES
-                ));
+                return Err(BuildError::TreeTooLarge(origin.to_path_buf()));
             };
             add_branch(options, dir, root, &mut stray, true)
         }

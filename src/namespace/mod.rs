@@ -37,19 +37,21 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::format::{Dtype, Tensor};
+use crate::format::{Dtype, FormatError, Tensor};
 use crate::npy;
 use crate::widen::{Target, Widening};
 
 pub use live::Namespace;
 pub use opened::{Opened, start_closer};
 pub use parallel::progress;
-pub use source::{FileId, Hold, Source, Version, is_remote};
+pub use sets::SetError;
+pub use source::{FileId, Hold, Source, SourceError, Version, is_remote};
 pub use writer::{Diff, Removed, Writer};
 
 use table::Table;
@@ -129,21 +131,73 @@ fn window(bytes: &[u8], offset: u64, size: u32) -> &[u8] {
     &bytes[start..end]
 }
 
-/// A fatal problem: the mount (or `--list`) cannot go on.
+/// A fatal problem: the mount (or `--list`) cannot go on. Each message starts with the path of
+/// the file at fault.
 #[derive(Debug)]
-pub struct BuildError(String);
+pub enum BuildError {
+    /// SOURCE cannot be resolved, or `stat` of it failed.
+    Source(PathBuf, io::Error),
+    /// A directory of SOURCE cannot be read (SOURCE itself; the others are skipped).
+    ReadDir(PathBuf, io::Error),
+    /// SOURCE, a file, cannot be opened.
+    Open(PathBuf, SourceError),
+    /// SOURCE is neither a regular file nor a directory.
+    NotFileOrDir(PathBuf),
+    /// SOURCE, a file, is not a valid safetensors file.
+    Invalid(Arc<FormatError>),
+    /// With `strict`, at mount: a file of SOURCE is not a valid safetensors file.
+    NoTensorsDir(Arc<FormatError>),
+    /// With `strict`, at mount: the set of the index `index` is refused, so its merged directory
+    /// `dir` is not shown.
+    NoMergedDir {
+        index: PathBuf,
+        dir: String,
+        why: SetError,
+    },
+    /// The tree reached [`MAX_NODES`] entries at this directory (symbolic links?).
+    TooManyDirs(PathBuf),
+    /// The entries of this file's (or index's) tensor directory would take the tree over
+    /// [`MAX_NODES`].
+    TooManyNodes(PathBuf),
+    /// `layout=tree` would make over [`MAX_NODES`] entries of this file's (or index's) tensors.
+    TreeTooLarge(PathBuf),
+}
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            BuildError::Source(p, e) => write!(f, "{}: {e}", p.display()),
+            BuildError::ReadDir(p, e) => write!(f, "{}: cannot read directory: {e}", p.display()),
+            BuildError::Open(p, e) => write!(f, "{}: {e}", p.display()),
+            BuildError::NotFileOrDir(p) => {
+                write!(f, "{}: not a regular file or directory", p.display())
+            }
+            BuildError::Invalid(e) => write!(f, "{e}"),
+            BuildError::NoTensorsDir(e) => write!(f, "{e} (no .tensors directory)"),
+            BuildError::NoMergedDir { index, dir, why } => {
+                write!(f, "{}: {why} (no {dir} directory)", index.display())
+            }
+            BuildError::TooManyDirs(p) => write!(
+                f,
+                "{}: the tree has over {MAX_NODES} entries; do symbolic links pull in a large \
+                 tree?",
+                p.display()
+            ),
+            BuildError::TooManyNodes(p) => write!(
+                f,
+                "{}: the tree would have over {MAX_NODES} entries",
+                p.display()
+            ),
+            BuildError::TreeTooLarge(p) => write!(
+                f,
+                "{}: layout=tree would make over {MAX_NODES} entries",
+                p.display()
+            ),
+        }
     }
 }
 
 impl std::error::Error for BuildError {}
-
-fn path_error(path: &Path, e: impl fmt::Display) -> BuildError {
-    BuildError(format!("{}: {e}", path.display()))
-}
 
 /// How to build the tree.
 #[derive(Debug, Clone)]

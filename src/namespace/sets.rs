@@ -9,6 +9,7 @@
 //! tensor at fault.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::layout::Entry;
 use super::source::{Parsed, Source};
-use crate::index::Index;
+use crate::index::{Index, IndexError};
 
 /// What an index says, in brief.
 #[derive(Debug)]
@@ -73,21 +74,90 @@ pub(super) struct Merged {
     pub shards: Vec<Arc<Source>>,
 }
 
-/// Why a set is not shown.
-pub(super) struct Refused {
-    pub reason: String,
-    /// Only because a shard is still being written.
-    pub settling: bool,
+/// Why a set is not shown. The message leaves the index's path out: whoever reports it adds it.
+#[derive(Debug)]
+pub enum SetError {
+    /// The index itself is broken.
+    Index(Arc<IndexError>),
+    /// A shard the index names is not a file of its directory.
+    ShardMissing(String),
+    /// A shard the index names is not named `*.safetensors`.
+    NotSafetensors(String),
+    /// A shard is still being written (no problem yet: it may settle).
+    ShardSettling(String),
+    /// A shard is not a valid safetensors file.
+    ShardInvalid(String),
+    /// A shard holds a tensor the index does not list.
+    Unlisted { tensor: String, shard: String },
+    /// A shard holds a tensor the index lists for another shard (the tensor is in both, or only in
+    /// the wrong one).
+    ListedElsewhere {
+        tensor: String,
+        shard: String,
+        listed: String,
+    },
+    /// A tensor the index lists is not in the shard it names.
+    NotInShard { tensor: String, shard: String },
+    /// A shard's tensor names differ from the index's in digest only: never expected, as every
+    /// difference is found by name.
+    Disagrees(String),
 }
 
-impl From<String> for Refused {
-    fn from(reason: String) -> Refused {
-        Refused {
-            reason,
-            settling: false,
+impl SetError {
+    /// Only because a shard is still being written.
+    pub fn settling(&self) -> bool {
+        match self {
+            SetError::ShardSettling(_) => true,
+            SetError::Index(_)
+            | SetError::ShardMissing(_)
+            | SetError::NotSafetensors(_)
+            | SetError::ShardInvalid(_)
+            | SetError::Unlisted { .. }
+            | SetError::ListedElsewhere { .. }
+            | SetError::NotInShard { .. }
+            | SetError::Disagrees(_) => false,
         }
     }
 }
+
+impl fmt::Display for SetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetError::Index(e) => write!(f, "{e}"),
+            SetError::ShardMissing(shard) => {
+                write!(f, "shard `{shard}` named in weight_map is missing")
+            }
+            SetError::NotSafetensors(shard) => {
+                write!(f, "shard `{shard}` is not a .safetensors file")
+            }
+            SetError::ShardSettling(shard) => write!(f, "shard `{shard}` is being written"),
+            SetError::ShardInvalid(shard) => {
+                write!(f, "shard `{shard}` is not a valid safetensors file")
+            }
+            SetError::Unlisted { tensor, shard } => write!(
+                f,
+                "tensor `{tensor}` of shard `{shard}` is missing from the weight_map"
+            ),
+            SetError::ListedElsewhere {
+                tensor,
+                shard,
+                listed,
+            } => write!(
+                f,
+                "tensor `{tensor}` of shard `{shard}` is listed for shard `{listed}` in the \
+                 weight_map"
+            ),
+            SetError::NotInShard { tensor, shard } => {
+                write!(f, "tensor `{tensor}` is not in its shard `{shard}`")
+            }
+            SetError::Disagrees(shard) => {
+                write!(f, "shard `{shard}` does not hold what weight_map says")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SetError {}
 
 /// Checks an index, in brief, against its shards (`file` looks a file of the directory up by
 /// name): every shard named is a settled, valid `.safetensors` file of the directory holding
@@ -95,8 +165,8 @@ impl From<String> for Refused {
 pub(super) fn check<'a>(
     plan: &Plan,
     file: impl Fn(&str) -> Option<Shard<'a>>,
-    full: impl FnOnce() -> Result<Index, String>,
-) -> Result<Merged, Refused> {
+    full: impl FnOnce() -> Result<Index, IndexError>,
+) -> Result<Merged, SetError> {
     let mut entries = Vec::new();
     let mut shards = Vec::with_capacity(plan.shards.len());
     for (shard, &wanted) in &plan.shards {
@@ -104,9 +174,9 @@ pub(super) fn check<'a>(
         if source.digest() != wanted {
             // Some tensor is where the index does not say: find it.
             return Err(match full().map(|idx| check_full(&idx, file)) {
-                Ok(Err(refused)) => refused,
-                Ok(Ok(_)) => format!("shard `{shard}` does not hold what weight_map says").into(),
-                Err(e) => e.into(),
+                Ok(Err(e)) => e,
+                Ok(Ok(_)) => SetError::Disagrees(shard.clone()),
+                Err(e) => SetError::Index(Arc::new(e)),
             });
         }
         entries.extend(parsed.tensors.iter().map(|t| (t.clone(), source.clone())));
@@ -120,22 +190,19 @@ pub(super) fn check<'a>(
 fn usable<'a>(
     shard: &str,
     f: Option<Shard<'a>>,
-) -> Result<(&'a Arc<Source>, &'a Arc<Parsed>), Refused> {
+) -> Result<(&'a Arc<Source>, &'a Arc<Parsed>), SetError> {
     let Some(f) = f else {
-        return Err(format!("shard `{shard}` named in weight_map is missing").into());
+        return Err(SetError::ShardMissing(shard.to_string()));
     };
     if !shard.ends_with(".safetensors") {
-        return Err(format!("shard `{shard}` is not a .safetensors file").into());
+        return Err(SetError::NotSafetensors(shard.to_string()));
     }
     if !f.settled {
-        return Err(Refused {
-            reason: format!("shard `{shard}` is being written"),
-            settling: true,
-        });
+        return Err(SetError::ShardSettling(shard.to_string()));
     }
     match f.source.header() {
         Ok(parsed) => Ok((f.source, parsed)),
-        Err(_) => Err(format!("shard `{shard}` is not a valid safetensors file").into()),
+        Err(_) => Err(SetError::ShardInvalid(shard.to_string())),
     }
 }
 
@@ -143,7 +210,7 @@ fn usable<'a>(
 fn check_full<'a>(
     idx: &Index,
     file: impl Fn(&str) -> Option<Shard<'a>>,
-) -> Result<Merged, Refused> {
+) -> Result<Merged, SetError> {
     let mut shards: HashMap<&str, &'a Arc<Source>> = HashMap::new();
     for shard in idx.weight_map.values() {
         if shards.contains_key(shard.as_str()) {
@@ -159,12 +226,21 @@ fn check_full<'a>(
             continue;
         };
         for t in &parsed.tensors {
-            if idx.weight_map.get(&*t.name).map(String::as_str) != Some(*shard) {
-                return Err(format!(
-                    "tensor `{}` of shard `{shard}` is missing from the weight_map",
-                    t.name
-                )
-                .into());
+            match idx.weight_map.get(&*t.name) {
+                Some(listed) if listed == shard => {}
+                Some(listed) => {
+                    return Err(SetError::ListedElsewhere {
+                        tensor: t.name.to_string(),
+                        shard: shard.to_string(),
+                        listed: listed.clone(),
+                    });
+                }
+                None => {
+                    return Err(SetError::Unlisted {
+                        tensor: t.name.to_string(),
+                        shard: shard.to_string(),
+                    });
+                }
             }
             entries.push((t.clone(), Arc::clone(src)));
         }
@@ -178,7 +254,10 @@ fn check_full<'a>(
             .iter()
             .find(|(t, _)| !found.contains(t.as_str()))
         {
-            return Err(format!("tensor `{tensor}` is not in its shard `{shard}`").into());
+            return Err(SetError::NotInShard {
+                tensor: tensor.clone(),
+                shard: shard.clone(),
+            });
         }
     }
     let mut named: Vec<(&str, &Arc<Source>)> = shards.into_iter().collect();

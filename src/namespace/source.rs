@@ -11,6 +11,7 @@
 //! it is in use: see [`opened`](super::opened). Reopened, it must still be the same version.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -26,7 +27,7 @@ use super::opened::{self, Opened};
 use super::parallel;
 use super::sets::{self, Plan};
 use crate::format::{self, FormatError, Tensor};
-use crate::index::{self, Index};
+use crate::index::{self, Index, IndexError};
 use crate::widen::Widening;
 
 /// A file or directory of the source filesystem.
@@ -80,6 +81,34 @@ pub struct Parsed {
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
+/// Why a source file cannot be used: opened, or opened again as the version found.
+#[derive(Debug)]
+pub enum SourceError {
+    /// Opening it (or `stat` of what was opened) failed, or it is not a regular file.
+    Open(io::Error),
+    /// Opening it again at the path it was found at (or `stat` of that) failed.
+    Reopen(io::Error),
+    /// Its path now holds another file.
+    Replaced,
+    /// Truncated or rewritten in place since it was found.
+    Changed,
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceError::Open(e) => write!(f, "{e}"),
+            SourceError::Reopen(e) => write!(f, "cannot reopen: {e}"),
+            SourceError::Replaced => f.write_str("replaced since it was found"),
+            SourceError::Changed => {
+                f.write_str("changed in place since it was found (truncated or rewritten)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SourceError {}
+
 /// One version of a source file.
 #[derive(Debug)]
 pub struct Source {
@@ -110,14 +139,14 @@ pub struct Source {
     /// For a valid header: the count and digest of its tensor names (see [`sets`](super::sets)).
     digest: OnceLock<(usize, u64)>,
     /// For index files, on first use: what the index says, in brief.
-    plan: OnceLock<Result<Arc<Plan>, Arc<str>>>,
+    plan: OnceLock<Result<Arc<Plan>, Arc<IndexError>>>,
 }
 
 impl Source {
     /// Opens the file at `entry` (links followed): the version found open, holding its descriptor.
-    fn open(entry: &Path) -> Result<Source, String> {
-        let file = open_regular(entry).map_err(|e| e.to_string())?;
-        let opened = file.metadata().map_err(|e| e.to_string())?;
+    fn open(entry: &Path) -> Result<Source, SourceError> {
+        let file = open_regular(entry).map_err(SourceError::Open)?;
+        let opened = file.metadata().map_err(SourceError::Open)?;
         Ok(Source {
             path: fs::canonicalize(entry).unwrap_or_else(|_| entry.to_path_buf()),
             entry: entry.to_path_buf(),
@@ -161,17 +190,19 @@ impl Source {
 
     /// The file parsed as an index, or why it is broken. Parsed anew on each call: an index of a
     /// large set is megabytes of memory; what is kept of it is its [`Plan`].
-    pub(super) fn index(&self) -> Result<Index, String> {
-        let file = self.file_for_read()?;
-        read_index(&file, self.version.size)
+    pub(super) fn index(&self) -> Result<Index, IndexError> {
+        let file = self
+            .file_for_read()
+            .map_err(|e| IndexError::Read(io::Error::other(e)))?;
+        index::read(&file, self.version.size)
     }
 
     /// What this index says, in brief (parsed on first call), or why it is broken.
-    pub(super) fn plan(&self) -> &Result<Arc<Plan>, Arc<str>> {
+    pub(super) fn plan(&self) -> &Result<Arc<Plan>, Arc<IndexError>> {
         self.plan.get_or_init(|| {
             self.index()
                 .map(|idx| Arc::new(Plan::of(idx)))
-                .map_err(Arc::from)
+                .map_err(Arc::new)
         })
     }
 
@@ -240,7 +271,13 @@ impl Source {
                     self.path.display()
                 );
             }
-            ReadError::SourceChanged
+            // A path that no longer opens, or holds other bytes: the version read is gone.
+            match e {
+                SourceError::Open(_)
+                | SourceError::Reopen(_)
+                | SourceError::Replaced
+                | SourceError::Changed => ReadError::SourceChanged,
+            }
         })?;
         let o = Arc::new(Opened::new(file));
         *open = Some(o.clone());
@@ -440,7 +477,7 @@ impl Source {
     }
 
     /// The open descriptor, or the file opened again for this one use.
-    fn file_for_read(&self) -> Result<FileRef, String> {
+    fn file_for_read(&self) -> Result<FileRef, SourceError> {
         let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(o) = &*open {
             return Ok(FileRef::Open(o.clone()));
@@ -450,14 +487,14 @@ impl Source {
     }
 
     /// The file at the path it was found at, if it is still this version.
-    fn reopen(&self) -> Result<File, String> {
-        let file = open_regular(&self.entry).map_err(|e| format!("cannot reopen: {e}"))?;
-        let now = Version::of(&file.metadata().map_err(|e| e.to_string())?);
+    fn reopen(&self) -> Result<File, SourceError> {
+        let file = open_regular(&self.entry).map_err(SourceError::Reopen)?;
+        let now = Version::of(&file.metadata().map_err(SourceError::Reopen)?);
         if now.id != self.version.id {
-            return Err("replaced since it was found".into());
+            return Err(SourceError::Replaced);
         }
         if !now.same_bytes(&self.version) {
-            return Err("changed in place since it was found (truncated or rewritten)".into());
+            return Err(SourceError::Changed);
         }
         Ok(file)
     }
@@ -517,7 +554,7 @@ pub struct Registry {
 impl Registry {
     /// The source for the file at `entry`, whose `stat` gave `meta`: the one already open if that
     /// version is, else the file opened now (whose version may be newer than `meta`'s).
-    pub fn get(&mut self, entry: &Path, meta: &Metadata) -> Result<Arc<Source>, String> {
+    pub fn get(&mut self, entry: &Path, meta: &Metadata) -> Result<Arc<Source>, SourceError> {
         if let Some(s) = self.live(&Version::of(meta)) {
             return Ok(s);
         }
@@ -531,7 +568,7 @@ impl Registry {
         &mut self,
         files: &[(&Path, &Metadata)],
         remote: bool,
-    ) -> Vec<Result<Arc<Source>, String>> {
+    ) -> Vec<Result<Arc<Source>, SourceError>> {
         let known: Vec<Option<Arc<Source>>> = files
             .iter()
             .map(|(_, meta)| self.live(&Version::of(meta)))
@@ -558,7 +595,7 @@ impl Registry {
             .into_iter()
             .map(|k| match k {
                 Some(s) => Ok(s),
-                None => opened.next().unwrap_or_else(|| Err("not opened".into())),
+                None => opened.next().unwrap_or_else(|| Err(not_opened())),
             })
             .collect()
     }
@@ -586,6 +623,11 @@ impl Registry {
     }
 }
 
+/// The error for a file a batch of opens did not reach (never expected: each is tried).
+pub(super) fn not_opened() -> SourceError {
+    SourceError::Open(io::Error::other("not opened"))
+}
+
 /// Opens a file for reading without ever blocking (a FIFO swapped in would hang `open`) and checks
 /// that what was opened is a regular file.
 pub fn open_regular(path: &Path) -> io::Result<File> {
@@ -597,20 +639,6 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
         return Err(io::Error::other("not a regular file"));
     }
     Ok(file)
-}
-
-/// Reads an index file (bounded in size) and parses it.
-fn read_index(file: &File, len: u64) -> Result<Index, String> {
-    if len > index::MAX_INDEX_BYTES {
-        return Err(format!(
-            "index is {len} bytes, over the limit of {} bytes",
-            index::MAX_INDEX_BYTES
-        ));
-    }
-    let mut bytes = vec![0; len as usize];
-    file.read_exact_at(&mut bytes, 0)
-        .map_err(|e| format!("cannot read index: {e}"))?;
-    index::parse(&bytes)
 }
 
 /// Whether `file` is on a filesystem that may stall, and whose changes made elsewhere inotify

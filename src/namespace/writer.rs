@@ -24,9 +24,9 @@ use super::draft::{self, Body, DirDraft, Draft};
 use super::layout;
 use super::parallel;
 use super::scan::{self, Flux, Scan, What};
-use super::sets::{self, Refused, Shard};
-use super::source::{FileId, Registry, Source, Version, Warning};
-use super::{BuildError, Ino, MAX_NODES, Options, Origin, ROOT, Snapshot, Xattrs, path_error};
+use super::sets::{self, SetError, Shard};
+use super::source::{FileId, Registry, Source, Version, Warning, not_opened};
+use super::{BuildError, Ino, MAX_NODES, Options, Origin, ROOT, Snapshot, Xattrs};
 use crate::index;
 
 /// Directories nested deeper than this are left out (with a warning).
@@ -163,8 +163,9 @@ impl Writer {
     /// Builds the tree for SOURCE (a `.safetensors` file or a directory). Problems with single
     /// files inside a directory are warnings (errors with `strict`); anything else is an error.
     pub fn build(source: &Path, options: &Options) -> Result<(Writer, Snapshot), BuildError> {
-        let canonical = fs::canonicalize(source).map_err(|e| path_error(source, e))?;
-        let meta = fs::metadata(&canonical).map_err(|e| path_error(source, e))?;
+        let canonical =
+            fs::canonicalize(source).map_err(|e| BuildError::Source(source.into(), e))?;
+        let meta = fs::metadata(&canonical).map_err(|e| BuildError::Source(source.into(), e))?;
         let mut w = Writer {
             options: options.clone(),
             single_file: meta.is_file(),
@@ -180,7 +181,7 @@ impl Writer {
         let mut budget = MAX_NODES;
         let record = if meta.is_dir() {
             let scan = Scan::read(&canonical, &canonical, None)
-                .map_err(|e| path_error(source, format!("cannot read directory: {e}")))?;
+                .map_err(|e| BuildError::ReadDir(source.into(), e))?;
             let (record, children) = w.fresh_dir(canonical, scan, &[], &mut budget)?;
             let root = root_node(
                 draft::dir_attr(&record.scan.meta),
@@ -193,9 +194,9 @@ impl Writer {
             let source = w
                 .registry
                 .get(&canonical, &meta)
-                .map_err(|e| path_error(&canonical, e))?;
+                .map_err(|e| BuildError::Open(canonical.clone(), e))?;
             if let Err(e) = source.header() {
-                return Err(BuildError(e.to_string()));
+                return Err(BuildError::Invalid(e.clone()));
             }
             let mut record = Record::new(canonical, None, file_scan(source.meta.clone()));
             let (root, children) = w.file_root(&source, &mut budget)?;
@@ -206,7 +207,7 @@ impl Writer {
             c.dir(ROOT, root, children);
             Box::new(record)
         } else {
-            return Err(path_error(source, "not a regular file or directory"));
+            return Err(BuildError::NotFileOrDir(source.into()));
         };
         w.records.insert(ROOT, record);
         let (snapshot, _) = w.finish(c, &empty);
@@ -563,7 +564,7 @@ impl Writer {
                     drafts.push(link_draft(e.name.clone(), meta, target));
                 }
                 What::File(_) | What::Link { .. } => {
-                    match opened.next().unwrap_or_else(|| Err("not opened".into())) {
+                    match opened.next().unwrap_or_else(|| Err(not_opened())) {
                         Ok(s) => files.push((e.name.clone(), s)),
                         Err(err) if !known => {
                             warn!("{}: cannot open, skipped: {err}", e.path.display())
@@ -619,12 +620,7 @@ impl Writer {
         budget: &mut usize,
     ) -> Result<Option<Draft>, BuildError> {
         if *budget == 0 {
-            return Err(path_error(
-                &e.path,
-                format!(
-                    "the tree has over {MAX_NODES} entries; do symbolic links pull in a large tree?"
-                ),
-            ));
+            return Err(BuildError::TooManyDirs(e.path.clone()));
         }
         *budget -= 1;
         let scan = match Scan::read(&e.path, &self.root, self.skip_dev) {
@@ -738,7 +734,7 @@ impl Writer {
                                 // Most likely still being written, by a writer that paused.
                                 log::info!("{e} (no .tensors directory; incomplete so far)");
                             } else {
-                                self.reject(&format!("{e} (no .tensors directory)"))?;
+                                self.reject(BuildError::NoTensorsDir(e.clone()))?;
                             }
                         }
                         errors.insert(name.clone(), Arc::from(e.reason()));
@@ -825,22 +821,20 @@ impl Writer {
                     || source.index(),
                 )
                 .map(|m| (plan, m)),
-                Err(e) => Err(Refused {
-                    reason: e.to_string(),
-                    settling: false,
-                }),
+                Err(e) => Err(SetError::Index(e.clone())),
             };
             let (plan, merged) = match merged {
                 Ok(m) => m,
-                Err(Refused { reason, settling }) => {
+                Err(why) => {
+                    errors.insert(name.clone(), Arc::from(why.to_string()));
                     // A shard still being written is no problem yet.
-                    if !settling && source.first_warning(Warning::Invalid) {
-                        self.reject(&format!(
-                            "{}: {reason} (no {dir_name} directory)",
-                            path.display()
-                        ))?;
+                    if !why.settling() && source.first_warning(Warning::Invalid) {
+                        self.reject(BuildError::NoMergedDir {
+                            index: path,
+                            dir: dir_name.into_owned(),
+                            why,
+                        })?;
                     }
-                    errors.insert(name.clone(), Arc::from(reason));
                     continue;
                 }
             };
@@ -895,12 +889,9 @@ impl Writer {
                     let draft = built
                         .next()
                         .unwrap_or_else(|| self.build_generated(&b, left))?;
-                    *budget = budget.checked_sub(draft.count()).ok_or_else(|| {
-                        path_error(
-                            b.origin(),
-                            format!("the tree would have over {MAX_NODES} entries"),
-                        )
-                    })?;
+                    *budget = budget
+                        .checked_sub(draft.count())
+                        .ok_or_else(|| BuildError::TooManyNodes(b.origin().into()))?;
                     draft
                 }
             };
@@ -975,7 +966,7 @@ impl Writer {
     ) -> Result<(super::Attr, Arc<Xattrs>, Vec<Draft>), BuildError> {
         let parsed = match source.header() {
             Ok(p) => p,
-            Err(e) => return Err(BuildError(e.to_string())),
+            Err(e) => return Err(BuildError::Invalid(e.clone())),
         };
         let entries = parsed
             .tensors
@@ -1008,24 +999,21 @@ impl Writer {
         json: Option<Arc<[u8]>>,
         budget: &mut usize,
     ) -> Result<Vec<Draft>, BuildError> {
-        let children = layout::tensor_dir(&self.options, owner, dir, entries, json, *budget)
-            .map_err(|e| path_error(origin, e))?;
+        let children =
+            layout::tensor_dir(&self.options, origin, owner, dir, entries, json, *budget)?;
         let count: usize = 1 + children.iter().map(Draft::count).sum::<usize>();
-        *budget = budget.checked_sub(count).ok_or_else(|| {
-            path_error(
-                origin,
-                format!("the tree would have over {MAX_NODES} entries"),
-            )
-        })?;
+        *budget = budget
+            .checked_sub(count)
+            .ok_or_else(|| BuildError::TooManyNodes(origin.into()))?;
         Ok(children)
     }
 
     /// A problem with one file: a warning, or at mount with `-o strict` the end of the mount.
-    fn reject(&self, message: &str) -> Result<(), BuildError> {
+    fn reject(&self, e: BuildError) -> Result<(), BuildError> {
         if self.options.strict && self.mounting {
-            return Err(BuildError(message.to_string()));
+            return Err(e);
         }
-        warn!("{message}");
+        warn!("{e}");
         Ok(())
     }
 }
