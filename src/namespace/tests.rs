@@ -651,3 +651,169 @@ fn a_single_file_source_rewritten_in_place_shows_no_tensors_until_it_settles() {
     m.rescan();
     assert_eq!(bytes(&m.snap, "w"), [2; 4]);
 }
+
+/// One check of a set against its shards, without a mount: the shards are the files of `d`
+/// named in `files` (each with its settledness), the index is `map`.
+fn check_set(
+    d: &Dir,
+    map: &[(&str, &str)],
+    files: &[(&str, bool)],
+) -> Result<sets::Merged, SetError> {
+    let bytes = index(map);
+    let idx = crate::index::parse(&bytes).unwrap();
+    let plan = sets::Plan::of(idx);
+    let mut registry = source::Registry::default();
+    let sources: Vec<(&str, Arc<Source>, bool)> = files
+        .iter()
+        .map(|&(name, settled)| {
+            let path = d.join(name);
+            let meta = fs::metadata(&path).unwrap();
+            (name, registry.get(&path, &meta).unwrap(), settled)
+        })
+        .collect();
+    sets::check(
+        &plan,
+        |shard| {
+            let (_, source, settled) = sources.iter().find(|(n, ..)| *n == shard)?;
+            Some(sets::Shard {
+                source,
+                settled: *settled,
+            })
+        },
+        || crate::index::parse(&bytes),
+    )
+}
+
+/// Each way an index and its shards can disagree gives its own error, with the message the
+/// index's `user.safetensors.error` shows (written out here by hand).
+#[test]
+fn an_index_checked_against_its_shards_names_the_disagreement() {
+    let d = Dir::new();
+    let (s1, s2, s3) = ("s1.safetensors", "s2.safetensors", "s3.safetensors");
+    publish(&d.join(s1), &st(&[("a", 2, 1)]));
+    publish(&d.join(s2), &st(&[("b", 2, 2)]));
+    // Holds `a` as well as its own `b`.
+    publish(&d.join(s3), &st(&[("a", 2, 3), ("b", 2, 4)]));
+    publish(&d.join("ac.safetensors"), &st(&[("a", 2, 5), ("c", 2, 6)]));
+    publish(&d.join("s.bin"), &st(&[("a", 2, 1)]));
+    publish(&d.join("bad.safetensors"), b"not safetensors");
+    let all = [
+        (s1, true),
+        (s2, true),
+        (s3, true),
+        ("ac.safetensors", true),
+        ("s.bin", true),
+        ("bad.safetensors", true),
+    ];
+
+    let merged = check_set(&d, &[("a", s1), ("b", s2)], &all).unwrap();
+    assert_eq!(merged.entries.len(), 2);
+    let shards: Vec<&Path> = merged.shards.iter().map(|s| s.path.as_path()).collect();
+    assert_eq!(
+        shards,
+        [
+            fs::canonicalize(d.join(s1)).unwrap(),
+            fs::canonicalize(d.join(s2)).unwrap()
+        ]
+    );
+
+    type Case<'a> = (
+        &'a str,
+        Vec<(&'a str, &'a str)>,
+        Vec<(&'a str, bool)>,
+        fn(&SetError) -> bool,
+        &'a str,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "a tensor listed for a shard that lacks it",
+            vec![("a", s1), ("b", s1)],
+            all.to_vec(),
+            |e| matches!(e, SetError::NotInShard { tensor, shard } if tensor == "b" && shard == "s1.safetensors"),
+            "tensor `b` is not in its shard `s1.safetensors`",
+        ),
+        (
+            "a shard missing",
+            vec![("a", s1), ("b", "gone.safetensors")],
+            all.to_vec(),
+            |e| matches!(e, SetError::ShardMissing(s) if s == "gone.safetensors"),
+            "shard `gone.safetensors` named in weight_map is missing",
+        ),
+        (
+            "a tensor in two shards",
+            vec![("a", s1), ("b", s3)],
+            all.to_vec(),
+            |e| {
+                matches!(e, SetError::ListedElsewhere { tensor, shard, listed }
+                if tensor == "a" && shard == "s3.safetensors" && listed == "s1.safetensors")
+            },
+            "tensor `a` of shard `s3.safetensors` is listed for shard `s1.safetensors` in the \
+             weight_map",
+        ),
+        (
+            "a shard holding a tensor the index does not list",
+            vec![("a", "ac.safetensors")],
+            all.to_vec(),
+            |e| matches!(e, SetError::Unlisted { tensor, shard } if tensor == "c" && shard == "ac.safetensors"),
+            "tensor `c` of shard `ac.safetensors` is missing from the weight_map",
+        ),
+        (
+            "a shard that is not a .safetensors file",
+            vec![("a", "s.bin")],
+            all.to_vec(),
+            |e| matches!(e, SetError::NotSafetensors(s) if s == "s.bin"),
+            "shard `s.bin` is not a .safetensors file",
+        ),
+        (
+            "a shard that is not valid",
+            vec![("a", "bad.safetensors")],
+            all.to_vec(),
+            |e| matches!(e, SetError::ShardInvalid(s) if s == "bad.safetensors"),
+            "shard `bad.safetensors` is not a valid safetensors file",
+        ),
+        (
+            "a shard still being written",
+            vec![("a", s1), ("b", s2)],
+            vec![(s1, true), (s2, false)],
+            |e| matches!(e, SetError::ShardSettling(s) if s == "s2.safetensors"),
+            "shard `s2.safetensors` is being written",
+        ),
+    ];
+    for (what, map, files, is_variant, message) in cases {
+        let Err(e) = check_set(&d, &map, &files) else {
+            panic!("{what}: accepted");
+        };
+        assert!(is_variant(&e), "{what}: {e:?}");
+        assert_eq!(e.to_string(), message, "{what}");
+        assert_eq!(e.settling(), message.ends_with("being written"), "{what}");
+    }
+}
+
+/// An index that cannot be parsed again to name the disagreement gives the index's own error.
+#[test]
+fn an_index_broken_since_its_plan_gives_its_own_error() {
+    let d = Dir::new();
+    publish(&d.join("s1.safetensors"), &st(&[("a", 2, 1), ("b", 2, 2)]));
+    let plan = sets::Plan::of(crate::index::parse(&index(&[("a", "s1.safetensors")])).unwrap());
+    let path = d.join("s1.safetensors");
+    let source = source::Registry::default()
+        .get(&path, &fs::metadata(&path).unwrap())
+        .unwrap();
+    let e = sets::check(
+        &plan,
+        |_| {
+            Some(sets::Shard {
+                source: &source,
+                settled: true,
+            })
+        },
+        || crate::index::parse(b"{}"),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, SetError::Index(i) if matches!(**i, crate::index::IndexError::NoWeightMap)),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), "index has no `weight_map` object");
+}
