@@ -172,6 +172,8 @@ fuzz_target!(|data: &[u8]| {
         strict: false,
         layout: layout_opt,
         npy: selector & 0x40 != 0,
+        // With both views, float tensors are widened too (every selector bit is taken).
+        widen: (selector & 0x60 == 0x60).then_some(tensormount::widen::Target::F32),
         settle: std::time::Duration::from_secs(3600),
     };
     let lenient = Writer::build(&source, &options);
