@@ -104,7 +104,7 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ),
     (
         "dtype=f32|f64",
-        "every floating-point tensor narrower than the type (BF16, F16, F8_*; F32 under f64) is \
+        "every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is \
          presented as its exact widening to it",
     ),
     (

@@ -12,9 +12,14 @@
 //!   with the sign bit set (`ml_dtypes` gives the same bits).
 //! - F8_E8M0 (unsigned powers of two 2^(e-127), 0xFF is NaN): 2^-127 is a float32 subnormal,
 //!   exact; 0xFF becomes the positive quiet NaN.
+//! - F4 (E2M1, no inf or NaN): two elements a byte, the first in the low nibble, the order of
+//!   PyTorch's `float4_e2m1fn_x2` (torch/headeronly/util/Float4_e2m1fn_x2.h: "val1 : val0" from
+//!   MSB to LSB), the type the reference's Python binding maps `F4` to.
 //! - F32 to float64: the hardware conversion (signalling NaNs are quieted, as numpy does).
 //!
-//! The packed 4- and 6-bit formats (F4, F6_*) are not widened: they are served as stored.
+//! The 6-bit formats (F6_E2M3, F6_E3M2) are served as stored: no reference defines how four of
+//! their elements are packed in three bytes (the safetensors format leaves it to the producer, and
+//! its Python binding maps them to no type), and a guessed order would give wrong values silently.
 
 use crate::format::Dtype;
 
@@ -58,18 +63,38 @@ enum From {
     F16,
     /// An 8-bit format, through its table of float32 bits.
     Byte(&'static [u32; 256]),
+    /// F4 (E2M1), two elements a byte, the first in the low nibble.
+    F4,
     F32,
+}
+
+impl From {
+    /// Stored bytes per element, or for F4 the bytes of two elements.
+    fn group_bytes(self) -> u64 {
+        match self {
+            From::Bf16 | From::F16 => 2,
+            From::Byte(_) | From::F4 => 1,
+            From::F32 => 4,
+        }
+    }
+
+    /// Elements per group of [`From::group_bytes`].
+    fn per_group(self) -> u64 {
+        match self {
+            From::F4 => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// The widening of one tensor: stored elements of `from` presented as `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Widening {
     from: From,
-    stored_width: u64,
     to: Target,
 }
 
-/// The bytes of the stored tensor that one read needs, and the element they start at.
+/// The bytes of the stored tensor that one read needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoredRange {
     /// Byte offset in the tensor's stored bytes.
@@ -80,24 +105,21 @@ pub struct StoredRange {
 
 impl Widening {
     /// How a tensor of `dtype` is presented under `-o dtype=to`; `None` when it is served as
-    /// stored (not a float, already at least as wide, or a packed format).
+    /// stored (not a float, already at least as wide, or a 6-bit format).
     pub fn new(dtype: Dtype, to: Target) -> Option<Widening> {
-        let (from, stored_width) = match dtype {
-            Dtype::BF16 => (From::Bf16, 2),
-            Dtype::F16 => (From::F16, 2),
-            Dtype::F8_E5M2 => (From::Byte(&E5M2), 1),
-            Dtype::F8_E4M3 => (From::Byte(&E4M3FN), 1),
-            Dtype::F8_E4M3FNUZ => (From::Byte(&E4M3FNUZ), 1),
-            Dtype::F8_E5M2FNUZ => (From::Byte(&E5M2FNUZ), 1),
-            Dtype::F8_E8M0 => (From::Byte(&E8M0), 1),
-            Dtype::F32 if to == Target::F64 => (From::F32, 4),
+        let from = match dtype {
+            Dtype::BF16 => From::Bf16,
+            Dtype::F16 => From::F16,
+            Dtype::F8_E5M2 => From::Byte(&E5M2),
+            Dtype::F8_E4M3 => From::Byte(&E4M3FN),
+            Dtype::F8_E4M3FNUZ => From::Byte(&E4M3FNUZ),
+            Dtype::F8_E5M2FNUZ => From::Byte(&E5M2FNUZ),
+            Dtype::F8_E8M0 => From::Byte(&E8M0),
+            Dtype::F4 => From::F4,
+            Dtype::F32 if to == Target::F64 => From::F32,
             _ => return None,
         };
-        Some(Widening {
-            from,
-            stored_width,
-            to,
-        })
+        Some(Widening { from, to })
     }
 
     pub fn target(&self) -> Target {
@@ -106,18 +128,22 @@ impl Widening {
 
     /// The presented size of a tensor whose stored bytes are `stored_len` long.
     pub fn presented_len(&self, stored_len: u64) -> u64 {
-        stored_len / self.stored_width * self.to.width()
+        stored_len / self.from.group_bytes() * self.from.per_group() * self.to.width()
     }
 
     /// The stored bytes holding the elements that presented bytes `[offset, offset + len)` cover
-    /// (whole elements: a read may start or end in the middle of one).
+    /// (whole elements, and for F4 whole bytes: a read may start or end inside either).
     pub fn stored_range(&self, offset: u64, len: u64) -> StoredRange {
-        let w = self.to.width();
-        let first = offset / w;
-        let end = offset.saturating_add(len).div_ceil(w);
+        let (w, per, gb) = (
+            self.to.width(),
+            self.from.per_group(),
+            self.from.group_bytes(),
+        );
+        let first = offset / w / per;
+        let end = offset.saturating_add(len).div_ceil(w).div_ceil(per);
         StoredRange {
-            start: first * self.stored_width,
-            len: end.saturating_sub(first) * self.stored_width,
+            start: first * gb,
+            len: end.saturating_sub(first) * gb,
         }
     }
 
@@ -126,41 +152,41 @@ impl Widening {
     /// `stored` is too short for that.
     pub fn convert(&self, stored: &[u8], offset: u64, out: &mut [u8]) -> bool {
         let w = self.to.width() as usize;
-        let sw = self.stored_width as usize;
+        let per = self.from.per_group() as usize;
+        // The element `offset` falls in, counted from the start of `stored`.
+        let mut element = (offset / w as u64) as usize % per;
         let skip = (offset % w as u64) as usize;
         let elements = (skip + out.len()).div_ceil(w);
-        if stored.len() < elements * sw {
+        let needed = (element + elements).div_ceil(per) * self.from.group_bytes() as usize;
+        if stored.len() < needed {
             return false;
         }
-        // The first element is written whole into `out` only if it starts there; the head (and
-        // a tail shorter than an element) goes through `one`.
+        // Whole elements are widened straight into `out`; a first element that starts before
+        // `offset` and a last one that ends after the read go through `one`.
         let mut one = [0u8; 8];
-        let mut element = 0;
         let mut pos = 0;
         if skip != 0 {
-            self.widen(&stored[..sw], &mut one[..w]);
+            self.widen(stored, element, &mut one[..w]);
             let n = (w - skip).min(out.len());
             out[..n].copy_from_slice(&one[skip..skip + n]);
-            element = 1;
+            element += 1;
             pos = n;
         }
         let whole = (out.len() - pos) / w;
         let body_end = pos + whole * w;
-        self.widen(
-            &stored[element * sw..(element + whole) * sw],
-            &mut out[pos..body_end],
-        );
+        self.widen(stored, element, &mut out[pos..body_end]);
         if body_end < out.len() {
-            let e = element + whole;
-            self.widen(&stored[e * sw..(e + 1) * sw], &mut one[..w]);
+            self.widen(stored, element + whole, &mut one[..w]);
             let n = out.len() - body_end;
             out[body_end..].copy_from_slice(&one[..n]);
         }
         true
     }
 
-    /// Widens whole elements: `out.len() / width` of them from the start of `stored`.
-    fn widen(&self, stored: &[u8], out: &mut [u8]) {
+    /// Widens `out.len() / width` whole elements, from element `first` of `stored` on.
+    fn widen(&self, stored: &[u8], first: usize, out: &mut [u8]) {
+        let stored =
+            &stored[first / self.from.per_group() as usize * self.from.group_bytes() as usize..];
         match (self.from, self.to) {
             (From::Bf16, Target::F32) => {
                 for (o, s) in out.chunks_exact_mut(4).zip(stored.chunks_exact(2)) {
@@ -196,6 +222,20 @@ impl Widening {
                 for (o, &s) in out.chunks_exact_mut(8).zip(stored) {
                     let v = f64::from(f32::from_bits(table[usize::from(s)]));
                     o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            (From::F4, to) => {
+                let w = to.width() as usize;
+                for (i, o) in out.chunks_exact_mut(w).enumerate() {
+                    let e = first % 2 + i;
+                    let code = (stored[e / 2] >> (4 * (e % 2))) & 0xf;
+                    let bits = E2M1[usize::from(code)];
+                    match to {
+                        Target::F32 => o.copy_from_slice(&bits.to_le_bytes()),
+                        Target::F64 => {
+                            o.copy_from_slice(&f64::from(f32::from_bits(bits)).to_le_bytes())
+                        }
+                    }
                 }
             }
             (From::F32, Target::F64) => {
@@ -259,6 +299,8 @@ enum Specials {
     Fn,
     /// "FNUZ": no inf, no negative zero; 0x80 is the only NaN.
     Fnuz,
+    /// Every encoding is a number (F4).
+    None,
 }
 
 const QUIET_NAN: u32 = 0x7fc0_0000;
@@ -275,7 +317,7 @@ const fn minifloat(code: u32, mbits: u32, bias: u32, specials: Specials) -> u32 
         }
         Specials::Fn if exp == all_exp && mant == (1 << mbits) - 1 => return sign | QUIET_NAN,
         Specials::Fnuz if code == 0x80 => return sign | QUIET_NAN,
-        _ => {}
+        Specials::Ieee | Specials::Fn | Specials::Fnuz | Specials::None => {}
     }
     if exp == 0 && mant == 0 {
         return sign;
@@ -302,6 +344,19 @@ static E5M2: [u32; 256] = table(2, 15, Specials::Ieee);
 static E4M3FN: [u32; 256] = table(3, 7, Specials::Fn);
 static E4M3FNUZ: [u32; 256] = table(3, 8, Specials::Fnuz);
 static E5M2FNUZ: [u32; 256] = table(2, 16, Specials::Fnuz);
+/// F4 (E2M1): sign, 2 exponent bits (bias 1), 1 mantissa bit; no inf or NaN. The table's index is
+/// the 4-bit code; [`minifloat`] reads the sign from bit 7, so the code is moved there first.
+static E2M1: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut i = 0;
+    while i < 16 {
+        let code = ((i as u32 & 0x8) << 4) | (i as u32 & 0x7);
+        t[i] = minifloat(code, 1, 1, Specials::None);
+        i += 1;
+    }
+    t
+};
+
 /// Unsigned powers of two: 2^(e - 127); e = 0 is the float32 subnormal 2^-127; 0xFF is NaN.
 static E8M0: [u32; 256] = {
     let mut t = [0u32; 256];
@@ -397,6 +452,23 @@ mod tests {
         }
     }
 
+    /// E2M1's eight magnitudes (OCP MX spec, table of FP4 values), two to a byte, low nibble
+    /// first.
+    #[test]
+    fn f4_widens_each_nibble_low_first() {
+        let w = Widening::new(Dtype::F4, Target::F32).unwrap();
+        let magnitudes = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        for code in 0u8..16 {
+            let sign: f32 = if code & 8 != 0 { -1.0 } else { 1.0 };
+            let want = sign * magnitudes[usize::from(code & 7)];
+            // `code` in the low nibble, 0x2 (1.0) in the high one.
+            let got = f32s(&w, &[0x20 | code]);
+            assert_eq!(got[0].to_bits(), want.to_bits(), "code {code:#x}");
+            assert_eq!(got[1], 1.0, "high nibble of {code:#x}");
+        }
+        assert_eq!(w.presented_len(3), 24, "3 bytes hold 6 elements");
+    }
+
     #[test]
     fn half_and_bfloat16_widen_exactly() {
         let f16 = Widening::new(Dtype::F16, Target::F32).unwrap();
@@ -434,8 +506,8 @@ mod tests {
             Dtype::F64,
             Dtype::I32,
             Dtype::C64,
-            Dtype::F4,
             Dtype::F6_E2M3,
+            Dtype::F6_E3M2,
         ] {
             assert_eq!(Widening::new(d, Target::F64), None, "{d:?}");
         }
@@ -452,6 +524,8 @@ mod tests {
             (Dtype::F8_E4M3, Target::F32),
             (Dtype::F8_E5M2, Target::F64),
             (Dtype::F32, Target::F64),
+            (Dtype::F4, Target::F32),
+            (Dtype::F4, Target::F64),
         ] {
             let w = Widening::new(dtype, to).unwrap();
             let total = w.presented_len(stored.len() as u64);

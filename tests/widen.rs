@@ -46,6 +46,7 @@ fn widening_matches_ml_dtypes_for_every_encoding() {
         ("F8_E4M3FNUZ", Dtype::F8_E4M3FNUZ, 1),
         ("F8_E5M2FNUZ", Dtype::F8_E5M2FNUZ, 1),
         ("F8_E8M0", Dtype::F8_E8M0, 1),
+        ("F4", Dtype::F4, 1),
         ("F32", Dtype::F32, 4),
     ];
     let mut rng = Rng::new(1);
@@ -76,12 +77,14 @@ fn widening_matches_ml_dtypes_for_every_encoding() {
             let mut got = vec![0u8; expected.len()];
             assert!(w.convert(&stored, 0, &mut got));
             let tw = target.width() as usize;
+            let per = if dtype == Dtype::F4 { 2 } else { 1 };
             for (i, (g, e)) in got.chunks(tw).zip(expected.chunks(tw)).enumerate() {
+                let at = i / per * width;
                 assert_eq!(
                     g,
                     e,
                     "{name} to {tname}: element {i} (stored {:02x?})",
-                    &stored[i * width..(i + 1) * width]
+                    &stored[at..at + width]
                 );
             }
             // Reads at odd offsets and lengths, as the kernel may ask for them.
@@ -114,6 +117,7 @@ fn model(rng: &mut Rng) -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("e4m3fnuz", "F8_E4M3FNUZ", every_encoding(1)),
         ("e5m2fnuz", "F8_E5M2FNUZ", every_encoding(1)),
         ("e8m0", "F8_E8M0", every_encoding(1)),
+        ("f4", "F4", every_encoding(1)),
         ("f32", "F32", random(rng, 4 * 1_001)),
         ("i32", "I32", random(rng, 4 * 33)),
         ("u8", "U8", random(rng, 77)),
@@ -135,7 +139,10 @@ fn widened_tensors_read_back_as_ml_dtypes_converts_them() {
     let tensors = model(&mut rng);
     let shapes: Vec<[usize; 1]> = tensors
         .iter()
-        .map(|(_, dtype, data)| [data.len() / width(dtype)])
+        .map(|(_, dtype, data)| match *dtype {
+            "F4" => [data.len() * 2],
+            _ => [data.len() / width(dtype)],
+        })
         .collect();
     let ts: Vec<T> = tensors
         .iter()

@@ -380,7 +380,11 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                 // A kept link is the link at the same place under SOURCE.
                 assert_eq!(node.attr.kind, Kind::Symlink);
                 let real = fs::read_link(source.join(&path)).unwrap();
-                assert_eq!(real.as_os_str().as_bytes(), &target[..], "{path:?}: link target");
+                assert_eq!(
+                    real.as_os_str().as_bytes(),
+                    &target[..],
+                    "{path:?}: link target"
+                );
                 assert_eq!(node.attr.size, target.len() as u64);
             }
             content => {

@@ -324,8 +324,16 @@ ML_DTYPES = {
 
 def widen(dtype, target, src, out):
     import ml_dtypes
-    stored = np.fromfile(src, dtype=getattr(ml_dtypes, ML_DTYPES[dtype]) if dtype in ML_DTYPES
-                         else np.dtype(NUMPY[dtype]))
+    if dtype == "F4":
+        # Two elements a byte, the first in the low nibble (PyTorch's float4_e2m1fn_x2);
+        # ml_dtypes keeps one float4_e2m1fn a byte, in its low 4 bits.
+        packed = np.fromfile(src, dtype=np.uint8)
+        codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)
+        stored = codes.view(ml_dtypes.float4_e2m1fn)
+    elif dtype in ML_DTYPES:
+        stored = np.fromfile(src, dtype=getattr(ml_dtypes, ML_DTYPES[dtype]))
+    else:
+        stored = np.fromfile(src, dtype=np.dtype(NUMPY[dtype]))
     stored.astype({"F32": "<f4", "F64": "<f8"}[target]).tofile(out)
     return 0
 
