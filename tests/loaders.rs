@@ -22,14 +22,16 @@ const TENSORS: &[&str] = &[
 
 /// Reads the tensors from the shards named by the index with `safetensors.safe_open` (raw bytes
 /// from the header's offsets for BF16, which numpy lacks) and prints, tab-separated, the loaders'
-/// line and the shell loader's line for each.
+/// line and the shell loader's line for each. With `--widen`, BF16 and F16 tensors are described
+/// as the float32 arrays `-o dtype=f32` presents (numpy's `astype`, a shift for BF16).
 const ORACLE: &str = r#"
 import json, os, struct, sys
 from decimal import Decimal
 import numpy as np
 from safetensors import safe_open
 
-model, names = sys.argv[1], sys.argv[2:]
+widen = sys.argv[1] == "--widen"
+model, names = sys.argv[1 + widen], sys.argv[2 + widen:]
 weight_map = json.load(open(os.path.join(model, "model.safetensors.index.json")))["weight_map"]
 DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
           "uint8": "U8", "bool": "BOOL"}
@@ -62,8 +64,14 @@ for name in names:
             fh.seek(8 + n + begin)
             raw = fh.read(end - begin)
         dtype, shape = "BF16", info["shape"]
-        words = np.frombuffer(raw, "<u2")[:4].astype(np.uint32) << 16
-        first = [text(v) for v in words.view(np.float32)]
+        floats = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        first = [text(v) for v in floats[:4]]
+        if widen:
+            dtype, raw = "F32", floats.astype("<f4").tobytes()
+    elif widen and a.dtype == np.float16:
+        dtype, shape = "F32", list(a.shape)
+        raw = a.astype("<f4").tobytes()
+        first = [text(v) for v in a.reshape(-1)[:4]]
     else:
         dtype, shape = DTYPES[a.dtype.name], list(a.shape)
         raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
@@ -88,11 +96,13 @@ fn have(tool: &str, version_arg: &str) {
     );
 }
 
-/// The oracle's lines: (loaders' format, shell loader's format).
-fn expected(py: &Path) -> (String, String) {
+/// The oracle's lines: (loaders' format, shell loader's format); `widen`: as `-o dtype=f32`
+/// presents the tensors.
+fn expected(py: &Path, widen: bool) -> (String, String) {
     let out = Command::new(py)
         .arg("-c")
         .arg(ORACLE)
+        .args(widen.then_some("--widen"))
         .arg(root().join("examples/tiny-model"))
         .args(TENSORS)
         .output()
@@ -108,13 +118,20 @@ fn expected(py: &Path) -> (String, String) {
     (common, shell)
 }
 
-/// Mounts the example model, runs `program ARGS... MNT/model.tensors TENSORS...` and compares its
-/// output with the oracle's (the shell loader's format if `shell`).
-fn check(program: impl AsRef<std::ffi::OsStr>, args: &[&str], shell: bool) {
+/// Mounts the example model with `-o opts`, runs `program ARGS... MNT/model.tensors TENSORS...`
+/// and compares its output with the oracle's (the shell loader's format if `shell`; the tensors
+/// as `-o dtype=f32` presents them if `widened`).
+fn check(
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+    shell: bool,
+    opts: &str,
+    widened: bool,
+) {
     require_fuse();
     let py = python();
-    let (common, shell_lines) = expected(&py);
-    let m = Mounted::new(&root().join("examples/tiny-model"), "");
+    let (common, shell_lines) = expected(&py, widened);
+    let m = Mounted::new(&root().join("examples/tiny-model"), opts);
     let out = Command::new(program)
         .args(args)
         .arg(m.path("model.tensors"))
@@ -144,38 +161,52 @@ fn cpp_loader() {
         .output()
         .unwrap();
     assert!(out.status.success(), "g++ failed: {}", stderr(&out));
-    check(&exe, &[], false);
+    check(&exe, &[], false, "dtype=f32", true);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn java_loader() {
     have("java", "-version");
-    check("java", &[&loader("Loader.java")], false);
+    check("java", &[&loader("Loader.java")], false, "", false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn node_loader() {
     have("node", "--version");
-    check("node", &[&loader("loader.js")], false);
+    check("node", &[&loader("loader.js")], false, "", false);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_loader() {
-    check(python(), &[&loader("loader.py")], false);
+    check(python(), &[&loader("loader.py")], false, "dtype=f32", true);
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn gpu_loader_cpu_path() {
-    check(python(), &[&loader("gpu_loader.py"), "--cpu"], false);
+    check(
+        python(),
+        &[&loader("gpu_loader.py"), "--cpu"],
+        false,
+        "",
+        false,
+    );
+    // Under -o dtype=f32 it still reads the stored bytes from the source, by source_dtype.
+    check(
+        python(),
+        &[&loader("gpu_loader.py"), "--cpu"],
+        false,
+        "dtype=f32",
+        false,
+    );
 }
 
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn shell_loader() {
     have("bash", "--version");
-    check("bash", &[&loader("loader.sh")], true);
+    check("bash", &[&loader("loader.sh")], true, "", false);
 }

@@ -20,6 +20,8 @@ import mmap
 import os
 import sys
 
+import numpy as np
+
 from loader import describe
 
 try:
@@ -76,7 +78,17 @@ def main():
         attr = lambda key: os.getxattr(path, "user.safetensors." + key).decode()  # noqa: E731
         begin, end = json.loads(attr("data_offsets"))
         raw = read(attr("source"), int(attr("offset")), end - begin)
-        print(describe(name, attr("dtype"), attr("shape"), raw))
+        # The source holds the tensor as stored: under -o dtype=f32, its stored dtype is
+        # source_dtype. numpy has no bfloat16: its first values are widened by hand for printing
+        # (bfloat16 is the top half of a float32).
+        try:
+            dtype = attr("source_dtype")
+        except OSError:
+            dtype = attr("dtype")
+        values = None
+        if dtype == "BF16":
+            values = (np.frombuffer(raw, "<u2")[:4].astype(np.uint32) << 16).view(np.float32)
+        print(describe(name, dtype, attr("shape"), raw, values))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // Loads tensors from a tensormount mount the C++ way: std::ifstream for the bytes, getxattr(2) for
-// dtype and shape. No safetensors library, no JSON parser.
+// dtype and shape. No safetensors library, no JSON parser, and no code for the float formats C++
+// lacks (BF16, F16, F8): mount with `-o dtype=f32` and tensormount presents them as float32.
 //
+//   tensormount -o dtype=f32 MODEL MNT
 //   g++ -O2 -std=c++17 loader.cpp -o loader && ./loader MNT/model.tensors model.norm.weight ...
 //
 // Prints per tensor: NAME DTYPE SHAPE fnv1a64=<hash of the raw bytes> first=<first values, exact>.
@@ -9,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -45,12 +46,6 @@ static std::string exact(double x) {
     return s;
 }
 
-static double half(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(m + 1024, e - 25);
-    return h >> 15 ? -v : v;
-}
-
 template <class T>
 static T at(const Bytes& b, size_t i) {
     T v;
@@ -61,7 +56,6 @@ static T at(const Bytes& b, size_t i) {
 static size_t width(const std::string& dtype) {
     if (dtype == "F64" || dtype == "I64") return 8;
     if (dtype == "F32" || dtype == "I32") return 4;
-    if (dtype == "F16" || dtype == "BF16") return 2;
     if (dtype == "U8" || dtype == "BOOL") return 1;
     throw std::runtime_error("unsupported dtype " + dtype);
 }
@@ -69,13 +63,6 @@ static size_t width(const std::string& dtype) {
 static std::string value(const std::string& dtype, const Bytes& b, size_t i) {
     if (dtype == "F64") return exact(at<double>(b, i));
     if (dtype == "F32") return exact(at<float>(b, i));
-    if (dtype == "F16") return exact(half(at<uint16_t>(b, i)));
-    if (dtype == "BF16") {  // bfloat16 is the top half of a float32
-        uint32_t u = uint32_t(at<uint16_t>(b, i)) << 16;
-        float f;
-        std::memcpy(&f, &u, sizeof f);
-        return exact(f);
-    }
     if (dtype == "I64") return std::to_string(at<int64_t>(b, i));
     if (dtype == "I32") return std::to_string(at<int32_t>(b, i));
     return std::to_string(b[i]);  // U8, BOOL

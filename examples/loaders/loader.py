@@ -1,6 +1,9 @@
 """Loads tensors from a tensormount mount with numpy alone: dtype and shape from the xattrs,
-the data with numpy.fromfile and, without copying, numpy.memmap. No safetensors library.
+the data with numpy.fromfile and, without copying, numpy.memmap. No safetensors library, and no
+code for the float formats numpy lacks (BF16, F8): mount with `-o dtype=f32` and tensormount
+presents them as float32.
 
+    tensormount -o dtype=f32 MODEL MNT
     python loader.py MNT/model.tensors model.norm.weight ...
 
 Prints per tensor: NAME DTYPE SHAPE fnv1a64=<hash of the raw bytes> first=<first values, exact>.
@@ -13,8 +16,8 @@ from decimal import Decimal
 
 import numpy as np
 
-# safetensors dtype -> numpy dtype (little-endian). numpy has no bfloat16: read its 16-bit words.
-DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2",
+# safetensors dtype -> numpy dtype (little-endian).
+DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2",
           "I64": "<i8", "I32": "<i4", "U8": "u1", "BOOL": "?"}
 
 
@@ -32,12 +35,12 @@ def exact(v):
     return str(int(v))
 
 
-def describe(name, dtype, shape, raw):
-    """The common output line, from the tensor's raw bytes (also used by gpu_loader.py)."""
-    values = np.frombuffer(raw, DTYPES[dtype], count=min(4, len(raw) // np.dtype(DTYPES[dtype]).itemsize))
-    if dtype == "BF16":  # bfloat16 is the top half of a float32
-        values = (values.astype(np.uint32) << 16).view(np.float32)
-    first = ",".join(exact(v) for v in values)
+def describe(name, dtype, shape, raw, values=None):
+    """The common output line, from the tensor's raw bytes and its first values (by default read
+    from the bytes as `dtype`; also used by gpu_loader.py)."""
+    if values is None:
+        values = np.frombuffer(raw, DTYPES[dtype], count=min(4, len(raw) // np.dtype(DTYPES[dtype]).itemsize))
+    first = ",".join(exact(v) for v in values[:4])
     return f"{name} {dtype} {shape} fnv1a64={fnv1a64(raw)} first={first}"
 
 
