@@ -23,6 +23,11 @@ import time
 
 import numpy as np
 
+try:  # registers bfloat16 and the F8 types with numpy, so safetensors can load them (item 10)
+    import ml_dtypes  # noqa: F401
+except ImportError:
+    pass
+
 # safetensors dtype -> numpy dtype; types numpy lacks are loaded as raw bytes of the same size.
 DTYPES = {
     "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2",

@@ -226,8 +226,7 @@ impl Widening {
             }
             (From::F4, to) => {
                 let w = to.width() as usize;
-                for (i, o) in out.chunks_exact_mut(w).enumerate() {
-                    let e = first % 2 + i;
+                let one = |o: &mut [u8], e: usize| {
                     let code = (stored[e / 2] >> (4 * (e % 2))) & 0xf;
                     let bits = E2M1[usize::from(code)];
                     match to {
@@ -236,6 +235,27 @@ impl Widening {
                             o.copy_from_slice(&f64::from(f32::from_bits(bits)).to_le_bytes())
                         }
                     }
+                };
+                let (mut out, mut e) = (out, first % 2);
+                if e == 1 && !out.is_empty() {
+                    let (head, rest) = out.split_at_mut(w);
+                    one(head, 1);
+                    (out, e) = (rest, 2);
+                }
+                // Whole bytes: both elements of each at once.
+                let pairs = out.len() / (2 * w);
+                let (body, tail) = out.split_at_mut(pairs * 2 * w);
+                if to == Target::F32 {
+                    for (o, &b) in body.chunks_exact_mut(8).zip(&stored[e / 2..]) {
+                        o.copy_from_slice(&E2M1_PAIRS[usize::from(b)].to_le_bytes());
+                    }
+                } else {
+                    for (i, o) in body.chunks_exact_mut(w).enumerate() {
+                        one(o, e + i);
+                    }
+                }
+                if !tail.is_empty() {
+                    one(tail, e + 2 * pairs);
                 }
             }
             (From::F32, Target::F64) => {
@@ -250,8 +270,9 @@ impl Widening {
     }
 }
 
-/// [`f16_to_f32_bits`] of every half (256 KiB, built at first use): a lookup is several times
-/// faster than the arithmetic, whose branches random data mispredicts.
+/// [`f16_to_f32_bits`] of every half (256 KiB, built at first use). A lookup measured 2x faster
+/// than the arithmetic, branchy or not (which the compiler did not vectorise), on random halves,
+/// and more on real weights, whose few exponents keep the lookups in a few cache lines.
 fn f16_table() -> &'static [u32] {
     static TABLE: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| (0..=u16::MAX).map(f16_to_f32_bits).collect())
@@ -353,6 +374,17 @@ static E2M1: [u32; 16] = {
         let code = ((i as u32 & 0x8) << 4) | (i as u32 & 0x7);
         t[i] = minifloat(code, 1, 1, Specials::None);
         i += 1;
+    }
+    t
+};
+
+/// Both elements of an F4 byte as two float32, the low nibble's first (little-endian).
+static E2M1_PAIRS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = E2M1[b & 0xf] as u64 | (E2M1[b >> 4] as u64) << 32;
+        b += 1;
     }
     t
 };

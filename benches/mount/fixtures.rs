@@ -106,13 +106,18 @@ pub fn warm_file(path: &Path) -> Res<()> {
     read_range(&f, 0, len, &mut buf)
 }
 
-/// The data fixtures of items 1-5 and 7, in `root/data`.
+/// The data fixtures of items 1-5, 7 and 10: `root/data`, and the BF16 copy of the model in
+/// `root/bf16`.
 pub struct DataFixture {
     pub dir: PathBuf,
     pub big_file: PathBuf,
     pub model_file: PathBuf,
     pub model_bytes: u64,
     pub model_tensors: usize,
+    /// The model with BF16 instead of F16 tensors (item 10), and its size under `-o dtype=f32`.
+    pub bf16_dir: PathBuf,
+    pub bf16_file: PathBuf,
+    pub bf16_f32_bytes: u64,
 }
 
 pub const PAR: [&str; 4] = [
@@ -143,20 +148,62 @@ pub fn build_data(root: &Path, sz: &Sizes) -> Res<DataFixture> {
     )
     .map_err(err(big_file.display()))?;
 
+    let model = model_specs(sz, "F16");
+    let model_file = dir.join("model.safetensors");
+    let model_bytes = write_generated(
+        &model_file,
+        &model,
+        Some(METADATA),
+        Fill::Random(0x2545_f491_4f6c_dd1d),
+    )
+    .map_err(err(model_file.display()))?
+    .data_len();
+    let bf16_dir = root.join("bf16");
+    fs::create_dir_all(&bf16_dir).map_err(err(bf16_dir.display()))?;
+    let bf16 = model_specs(sz, "BF16");
+    let bf16_file = bf16_dir.join("model.safetensors");
+    write_generated(
+        &bf16_file,
+        &bf16,
+        Some(METADATA),
+        Fill::Random(0x5851_f42d_4c95_7f2d),
+    )
+    .map_err(err(bf16_file.display()))?;
+    let bf16_f32_bytes = bf16
+        .iter()
+        .map(|s| s.nbytes() * if s.dtype == "BF16" { 2 } else { 1 })
+        .sum();
+    warm_file(&big_file)?;
+    warm_file(&model_file)?;
+    warm_file(&bf16_file)?;
+    Ok(DataFixture {
+        dir,
+        big_file,
+        model_file,
+        model_bytes,
+        model_tensors: model.len(),
+        bf16_dir,
+        bf16_file,
+        bf16_f32_bytes,
+    })
+}
+
+/// The tensors of the 16-layer model of items 5, 7 and 10, its matrices of `dtype`.
+fn model_specs(sz: &Sizes, dtype: &'static str) -> Vec<Spec> {
     let (h, v) = (sz.hidden, sz.vocab);
-    let mut model = vec![Spec::new("model.embed_tokens.weight", "F16", &[v, h])];
+    let mut model = vec![Spec::new("model.embed_tokens.weight", dtype, &[v, h])];
     for l in 0..sz.layers {
         for p in ["q_proj", "k_proj", "v_proj", "o_proj"] {
             model.push(Spec::new(
                 format!("model.layers.{l}.self_attn.{p}.weight"),
-                "F16",
+                dtype,
                 &[h, h],
             ));
         }
         for p in ["gate_proj", "up_proj", "down_proj"] {
             model.push(Spec::new(
                 format!("model.layers.{l}.mlp.{p}.weight"),
-                "F16",
+                dtype,
                 &[h, h],
             ));
         }
@@ -169,25 +216,8 @@ pub fn build_data(root: &Path, sz: &Sizes) -> Res<DataFixture> {
         }
     }
     model.push(Spec::new("model.norm.weight", "F32", &[h]));
-    model.push(Spec::new("lm_head.weight", "F16", &[v, h]));
-    let model_file = dir.join("model.safetensors");
-    let model_bytes = write_generated(
-        &model_file,
-        &model,
-        Some(METADATA),
-        Fill::Random(0x2545_f491_4f6c_dd1d),
-    )
-    .map_err(err(model_file.display()))?
-    .data_len();
-    warm_file(&big_file)?;
-    warm_file(&model_file)?;
-    Ok(DataFixture {
-        dir,
-        big_file,
-        model_file,
-        model_bytes,
-        model_tensors: model.len(),
-    })
+    model.push(Spec::new("lm_head.weight", dtype, &[v, h]));
+    model
 }
 
 /// The item 6 model (sparse shards plus index) and its local baseline directory.

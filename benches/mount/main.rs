@@ -48,12 +48,25 @@
 //!    the 100 ms quiet period is included), and an open + 4 KiB read of such a tensor right after
 //!    the rename with polling off (the open finds its source replaced and has the directory read
 //!    again), against the same on a tensor of an unchanged shard; a second copy of the model
+//!    renamed into SOURCE, until a tensor of it can be read by its exact path (the lookup builds
+//!    it) and until the root's link count shows it (inotify, no lookup).
+//! 9. Storage far away: the item 6 model served by `examples/slowfs.rs`, a FUSE passthrough that
+//!    delays every request by 20 ms (requests overlap, as on a network store): the mount time,
+//!    against the same mount of the local model. Item 5's first loader also reports the daemon's
+//!    resident memory (RssAnon + RssFile) after reading the whole model twice, against right after
+//!    mounting.
+//! 10. `-o dtype=f32`: item 5's model with BF16 instead of F16 matrices, every tensor loaded
+//!     with `numpy.load` from its float32 `-o npy` view (cold: a fresh mount; warm: a second
+//!     pass), against safetensors (numpy, ml_dtypes' bfloat16) on the source, in GB/s of the
+//!     stored bytes; and the widening alone, in memory on one core, of BF16, F16, F8_E4M3 and F4
+//!     to float32, 1 MiB of output at a time, against copying as many bytes.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`);
 //! `mounts.rs` mounts them (on the tests' daemon runner, `tests/common/daemon.rs`) and undoes
 //! every mount on exit or signal; `measure.rs` holds the timed operations and the statistics;
-//! `cases/` the rows (`reads.rs` items 1-5 and 7, `metadata.rs` 6 and 9, `refresh.rs` 8);
+//! `cases/` the rows (`reads.rs` items 1-5 and 7, `metadata.rs` 6 and 9, `refresh.rs` 8,
+//! `widen.rs` 10);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]

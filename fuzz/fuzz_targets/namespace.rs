@@ -30,6 +30,7 @@ use libfuzzer_sys::fuzz_target;
 use tensormount::format;
 use tensormount::names;
 use tensormount::namespace::{Content, Kind, Layout, Options, ROOT, ReadError, Snapshot, Writer};
+use tensormount::widen::{Target, Widening};
 
 const SEP: &[u8] = b"\xff=====\xff";
 const SHARD1: &str = "model-00001-of-00002.safetensors";
@@ -173,7 +174,7 @@ fuzz_target!(|data: &[u8]| {
         layout: layout_opt,
         npy: selector & 0x40 != 0,
         // With both views, float tensors are widened too (every selector bit is taken).
-        widen: (selector & 0x60 == 0x60).then_some(tensormount::widen::Target::F32),
+        widen: (selector & 0x60 == 0x60).then_some(Target::F32),
         settle: std::time::Duration::from_secs(3600),
     };
     let lenient = Writer::build(&source, &options);
@@ -407,13 +408,15 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                         let real = fs::read(source.join(&path)).unwrap();
                         assert!(whole == &real[..], "{path:?}: mirrored bytes differ");
                     }
-                    Content::Tensor { tensor, .. } => {
+                    Content::Tensor { tensor, widen, .. } => {
                         tensors += 1;
-                        check_tensor(tree, ino, &path, tensor, whole, options.layout);
+                        check_widen(tensor, *widen, options.widen);
+                        check_tensor(tree, ino, &path, tensor, *widen, whole, options.layout);
                     }
-                    Content::Npy { tensor, .. } => {
+                    Content::Npy { tensor, widen, .. } => {
                         assert!(options.npy, "{path:?}: an NPY view without -o npy");
-                        check_npy(tree, ino, &path, tensor, whole, options.layout);
+                        check_widen(tensor, *widen, options.widen);
+                        check_npy(tree, ino, &path, tensor, *widen, whole, options.layout);
                     }
                     Content::Generated(_) => {
                         assert_eq!(&node.name[..], b"__metadata__");
@@ -460,6 +463,7 @@ fn check_npy(
     ino: u64,
     path: &Path,
     tensor: &format::Tensor,
+    widen: Option<Widening>,
     whole: &[u8],
     layout: Layout,
 ) {
@@ -484,7 +488,15 @@ fn check_npy(
     assert!(name.ends_with(b".npy"), "{path:?}: NPY view name");
     // The tensor bytes are the tensor file's.
     let raw_path = path.with_file_name(OsStr::from_bytes(&name[..name.len() - 4]));
-    check_tensor(tree, ino, &raw_path, tensor, &whole[header_len..], layout);
+    check_tensor(
+        tree,
+        ino,
+        &raw_path,
+        tensor,
+        widen,
+        &whole[header_len..],
+        layout,
+    );
     for cut in [1, header_len - 1, header_len, header_len + 1] {
         let mut pieces = Vec::new();
         let mut offset = 0;
@@ -504,11 +516,22 @@ fn check_npy(
     }
 }
 
+/// A tensor is widened exactly when `-o dtype=` asks for a type wider than its float dtype.
+fn check_widen(tensor: &format::Tensor, widen: Option<Widening>, target: Option<Target>) {
+    assert_eq!(
+        widen,
+        target.and_then(|t| Widening::new(tensor.dtype, t)),
+        "`{}`: widening",
+        tensor.name
+    );
+}
+
 fn check_tensor(
     tree: &Snapshot,
     ino: u64,
     path: &Path,
     tensor: &format::Tensor,
+    widen: Option<Widening>,
     bytes: &[u8],
     layout: Layout,
 ) {
@@ -518,23 +541,40 @@ fn check_tensor(
             .unwrap_or_else(|| panic!("{path:?}: no {key} xattr"));
         String::from_utf8(v).unwrap_or_else(|_| panic!("{path:?}: {key} xattr is not UTF-8"))
     };
-    assert_eq!(bytes.len() as u64, tensor.size());
+    let presented = widen.map_or(tensor.size(), |w| w.presented_len(tensor.size()));
+    assert_eq!(bytes.len() as u64, presented);
     let offsets = common::json_usize_array(&x("data_offsets")).expect("data_offsets xattr");
     assert_eq!(offsets, [tensor.begin, tensor.end]);
     assert!(
         common::json_usize_array(&x("shape")).is_some(),
         "{path:?}: shape xattr"
     );
-    assert_eq!(x("dtype"), tensor.dtype_name());
+    match widen {
+        Some(w) => {
+            assert_eq!(x("dtype"), format!("{:?}", w.target().dtype()));
+            assert_eq!(x("source_dtype"), tensor.dtype_name());
+        }
+        None => assert_eq!(x("dtype"), tensor.dtype_name()),
+    }
     let offset: u64 = x("offset").parse().expect("offset xattr");
-    // The bytes served are the source's bytes at that offset.
     let source = tree.xattr(ino, &format!("{XATTR_PREFIX}source")).unwrap();
     let real = fs::read(OsStr::from_bytes(&source)).unwrap();
     let start = offset as usize;
-    assert!(
-        real.get(start..start + bytes.len()) == Some(bytes),
-        "{path:?}: tensor bytes differ from the source's"
-    );
+    let stored = real
+        .get(start..start + tensor.size() as usize)
+        .unwrap_or_else(|| panic!("{path:?}: tensor beyond the source"));
+    match widen {
+        // The bytes served are the widening of the source's bytes at that offset.
+        Some(w) => {
+            let mut widened = vec![0u8; bytes.len()];
+            assert!(w.convert(stored, 0, &mut widened));
+            assert!(widened == bytes, "{path:?}: widened bytes differ");
+        }
+        None => assert!(
+            stored == bytes,
+            "{path:?}: tensor bytes differ from the source's"
+        ),
+    }
     // The file name is the escaped tensor name, unless that is too long (or split by the tree).
     let escaped = names::escape(&tensor.name);
     let file_name = path.file_name().unwrap().as_bytes();

@@ -1,10 +1,11 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
-//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9) and `refresh.rs` (8).
+//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8) and `widen.rs` (10).
 
 mod metadata;
 mod reads;
 mod refresh;
+mod widen;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -127,6 +128,17 @@ impl Bench {
     }
 
     pub fn python_passes(&self, mode: &str, path: &Path, passes: usize) -> Res<Vec<f64>> {
+        self.python_passes_of(mode, path, passes, self.data.model_bytes)
+    }
+
+    /// [`Self::python_passes`] of a model that loads as `bytes` bytes.
+    pub fn python_passes_of(
+        &self,
+        mode: &str,
+        path: &Path,
+        passes: usize,
+        bytes_expected: u64,
+    ) -> Res<Vec<f64>> {
         let py = self
             .python
             .as_ref()
@@ -155,10 +167,10 @@ impl Bench {
             };
             let bytes: u64 = b.parse().map_err(err("load_all.py bytes"))?;
             let count: usize = n.parse().map_err(err("load_all.py count"))?;
-            if bytes != self.data.model_bytes || count != self.data.model_tensors {
+            if bytes != bytes_expected || count != self.data.model_tensors {
                 return Err(format!(
                     "load_all.py {mode} loaded {count} tensors / {bytes} B, expected {} / {}",
-                    self.data.model_tensors, self.data.model_bytes
+                    self.data.model_tensors, bytes_expected
                 ));
             }
             secs.push(s.parse().map_err(err("load_all.py seconds"))?);
@@ -215,9 +227,11 @@ impl Bench {
         self.refresh(&mut rows);
         self.progress("9: storage far away");
         self.far_away(&mut rows);
+        self.progress("10: -o dtype=f32");
+        self.widening(&mut rows);
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
-        rows.sort_by_key(|r| r.id);
+        rows.sort_by_key(|r| r.id.parse::<u32>().unwrap_or(0));
         rows
     }
 
