@@ -151,6 +151,9 @@ impl Widening {
     /// of [`Self::stored_range`]`(offset, out.len())`. Returns `false` (and fills nothing) if
     /// `stored` is too short for that.
     pub fn convert(&self, stored: &[u8], offset: u64, out: &mut [u8]) -> bool {
+        if out.is_empty() {
+            return true;
+        }
         let w = self.to.width() as usize;
         let per = self.from.per_group() as usize;
         // The element `offset` falls in, counted from the start of `stored`.
