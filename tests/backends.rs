@@ -40,10 +40,6 @@ fn require(tools: &[&str]) {
     require_tools(tools);
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 // ------------------------------------------------------------------------------------ fixtures
 
 struct Tensor {

@@ -20,10 +20,6 @@ fn example() -> PathBuf {
     fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model")).unwrap()
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 /// A fresh temporary directory with an empty `mnt` directory in it.
 fn mnt_dir(tag: &str) -> (TempDir, PathBuf) {
     let tmp = TempDir::new(tag);

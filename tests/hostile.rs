@@ -98,10 +98,6 @@ fn valid_corpus() -> Vec<PathBuf> {
     v
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 fn show(o: &Output) -> String {
     format!(
         "status {}\nstdout: {:?}\nstderr: {:?}",

@@ -8,7 +8,6 @@ use common::*;
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,16 +95,6 @@ fn fixture() -> Fixture {
     }
 }
 
-fn dd(args: &[&str]) -> Vec<u8> {
-    let out = Command::new("dd")
-        .args(args)
-        .arg("status=none")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "dd {args:?}: {}", stderr(&out));
-    out.stdout
-}
-
 fn assert_same(what: &str, got: &[u8], want: &[u8]) {
     if got != want {
         let first = got
@@ -129,33 +118,40 @@ fn dd_at_every_block_size_reads_exactly_the_source_bytes() {
     let m = mount(&fx.src);
     let big = &fx.tensors[2].2;
     let path = m.path("big");
-    let p = format!("if={}", path.display());
     for bs in ["7", "512", "4096", "65536", "1M", "3M"] {
-        let got = dd(&[&p, &format!("bs={bs}")]);
+        let got = dd(&path, &[&format!("bs={bs}")]).unwrap();
         assert_same(&format!("dd bs={bs}"), &got, big);
     }
     // bs=1 over all 4 MiB takes seconds (a syscall per byte): the first 512 KiB (from the odd
     // source offset across many pages) and the last 64 KiB up to the end.
     let head = 512 << 10;
-    let got = dd(&[&p, "bs=1", &format!("count={head}")]);
+    let got = dd(&path, &["bs=1", &format!("count={head}")]).unwrap();
     assert_same("dd bs=1 head", &got, &big[..head]);
     let tail = BIG_LEN - (64 << 10);
-    let got = dd(&[&p, "bs=1", &format!("skip={tail}")]);
+    let got = dd(&path, &["bs=1", &format!("skip={tail}")]).unwrap();
     assert_same("dd bs=1 tail", &got, &big[tail..]);
     for bs in ["4096", "1M"] {
-        let got = dd(&[&p, &format!("bs={bs}"), "iflag=direct"]);
+        let got = dd(&path, &[&format!("bs={bs}"), "iflag=direct"]).unwrap();
         assert_same(&format!("dd iflag=direct bs={bs}"), &got, big);
     }
     // skip= lands in the middle of the tensor: the source bytes from there on.
-    let got = dd(&[&p, "bs=4096", "skip=3", "count=5"]);
+    let got = dd(&path, &["bs=4096", "skip=3", "count=5"]).unwrap();
     assert_same("dd skip=3 count=5", &got, &big[3 * 4096..8 * 4096]);
     // Every tensor in one go, the small ones byte by byte too.
     for (name, _, want) in &fx.tensors {
-        let p = format!("if={}", m.path(name).display());
+        let path = m.path(name);
         if want.len() < BIG_LEN {
-            assert_same(&format!("dd bs=1 {name}"), &dd(&[&p, "bs=1"]), want);
+            assert_same(
+                &format!("dd bs=1 {name}"),
+                &dd(&path, &["bs=1"]).unwrap(),
+                want,
+            );
         }
-        assert_same(&format!("dd bs=1M {name}"), &dd(&[&p, "bs=1M"]), want);
+        assert_same(
+            &format!("dd bs=1M {name}"),
+            &dd(&path, &["bs=1M"]).unwrap(),
+            want,
+        );
         assert_eq!(
             fs::metadata(m.path(name)).unwrap().len(),
             want.len() as u64,
@@ -299,10 +295,6 @@ fn fixtures(py: &Path) -> TempDir {
     tmp
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn numpy_reads_single_file_mounts_like_the_official_reader() {
@@ -403,12 +395,12 @@ fn mirrored_safetensors_files_are_identical_and_load_with_the_official_reader() 
         assert!(from_source.len() > 10, "{rel}: {from_source}");
     }
     // The mirrored big file also reads right at odd block sizes and with O_DIRECT.
-    let p = format!("if={}", m.path("big.safetensors").display());
+    let path = m.path("big.safetensors");
     let want = fs::read(fx.join("big.safetensors")).unwrap();
-    assert_same("dd bs=7 mirror", &dd(&[&p, "bs=7"]), &want);
+    assert_same("dd bs=7 mirror", &dd(&path, &["bs=7"]).unwrap(), &want);
     assert_same(
         "dd iflag=direct mirror",
-        &dd(&[&p, "bs=1M", "iflag=direct"]),
+        &dd(&path, &["bs=1M", "iflag=direct"]).unwrap(),
         &want,
     );
 }

@@ -17,10 +17,6 @@ fn example() -> PathBuf {
     fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model")).unwrap()
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 fn show(o: &Output) -> String {
     format!(
         "status {}\nstdout:\n{}\nstderr:\n{}",

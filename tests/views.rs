@@ -7,31 +7,11 @@ use common::*;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn mount(source: &Path, opts: &str) -> (Mounted, String) {
     let (m, out) = Mounted::try_new(source, opts);
     assert!(out.status.success(), "mount -o {opts}: {}", stderr(&out));
     (m.expect("mounted after exit 0"), stderr(&out))
-}
-
-/// `dd` of a file with extra arguments; the bytes, or the error text.
-fn dd(path: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = Command::new("dd")
-        .arg(format!("if={}", path.display()))
-        .args(args)
-        .arg("status=none")
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(stderr(&out))
-    }
 }
 
 fn fixtures(py: &Path) -> TempDir {

@@ -141,7 +141,7 @@ fn widened_tensors_read_back_as_ml_dtypes_converts_them() {
         .iter()
         .map(|(_, dtype, data)| match *dtype {
             "F4" => [data.len() * 2],
-            _ => [data.len() / width(dtype)],
+            _ => [data.len() / dtype_size(dtype) as usize],
         })
         .collect();
     let ts: Vec<T> = tensors
@@ -200,7 +200,8 @@ fn widened_tensors_read_back_as_ml_dtypes_converts_them() {
                     "{what}: {len} bytes at {off}"
                 );
             }
-            assert_eq!(direct_read(&file), expected, "{what}: O_DIRECT");
+            let direct = dd(&file, &["bs=1M", "iflag=direct"]).unwrap();
+            assert!(direct == expected, "{what}: dd iflag=direct");
         }
         // numpy loads every view as the target dtype, with the bytes of the tensor file.
         let script = [
@@ -278,42 +279,4 @@ fn a_truncated_source_gives_eio_on_widened_reads() {
     let mut buf = vec![0u8; 4096];
     let err = std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 400_000 - 4096).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-}
-
-fn width(dtype: &str) -> usize {
-    match dtype {
-        "BF16" | "F16" => 2,
-        "F32" | "I32" => 4,
-        _ => 1,
-    }
-}
-
-fn s(p: &std::path::Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// The whole file read with O_DIRECT (page-aligned buffer), bypassing the page cache.
-fn direct_read(path: &std::path::Path) -> Vec<u8> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let chunk = 1 << 20;
-    let mut out = Vec::with_capacity(len);
-    let mut buf = vec![0u8; chunk + 4096];
-    let start = buf.as_ptr().align_offset(4096);
-    let mut off = 0u64;
-    loop {
-        let n =
-            std::os::unix::fs::FileExt::read_at(&f, &mut buf[start..start + chunk], off).unwrap();
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[start..start + n]);
-        off += n as u64;
-    }
-    out
 }

@@ -20,6 +20,26 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// A path as the `&str` a command line takes.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `dd if=PATH ARGS... status=none`: the bytes, or the error text.
+pub fn dd(path: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+    let out = Command::new("dd")
+        .arg(format!("if={}", path.display()))
+        .args(args)
+        .arg("status=none")
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// A directory removed on drop (after anything mounted in it is gone).
 pub struct TempDir(pub PathBuf);
 
