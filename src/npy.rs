@@ -70,7 +70,7 @@ pub fn header_as(dtype: Dtype, tensor: &Tensor) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn tensor(dtype: Dtype, shape: &[usize]) -> Tensor {
+    pub(super) fn tensor(dtype: Dtype, shape: &[usize]) -> Tensor {
         Tensor {
             name: "t".into(),
             dtype,
@@ -121,17 +121,8 @@ mod tests {
 /// then a newline, the total a multiple of 64.
 #[cfg(test)]
 mod numpy_tables {
+    use super::tests::tensor;
     use super::*;
-
-    fn tensor(dtype: Dtype, shape: &[usize]) -> Tensor {
-        Tensor {
-            name: "t".into(),
-            dtype,
-            shape: shape.into(),
-            begin: 0,
-            end: 0,
-        }
-    }
 
     /// The header numpy writes: magic, version 1.0, the length of the rest (little-endian), the
     /// dict, spaces, `\n`, `total` bytes in all.

@@ -368,9 +368,8 @@ impl Source {
                 if !read_cached(&opened.file, buf, start) {
                     return None;
                 }
-                self.used.store(now_ms(), Ordering::Relaxed);
-                if !self.intact(opened, start + len) {
-                    return Some(Err(ReadError::SourceChanged));
+                if let Err(e) = self.check(opened, start, len) {
+                    return Some(Err(e));
                 }
                 send(buf);
                 Some(Ok(()))
@@ -409,10 +408,7 @@ impl Source {
         len: u64,
         send: impl FnOnce(&[u8]),
     ) -> Result<(), ReadError> {
-        self.used.store(now_ms(), Ordering::Relaxed);
-        if len > 0 && !self.intact(opened, start + len) {
-            return Err(ReadError::SourceChanged);
-        }
+        self.check(opened, start, len)?;
         if head.is_empty()
             && len >= COPY_BELOW
             && let Some(map) = opened.map(self)
@@ -431,12 +427,27 @@ impl Source {
         let mut buf = Vec::with_capacity(head.len() + len as usize);
         buf.extend_from_slice(head);
         buf.resize(head.len() + len as usize, 0);
-        if let Err(e) = opened.file.read_exact_at(&mut buf[head.len()..], start) {
-            warn!("{}: read failed: {e}", self.path.display());
-            return Err(ReadError::Io);
-        }
+        self.pread(opened, &mut buf[head.len()..], start)?;
         send(&buf);
         Ok(())
+    }
+
+    /// Marks the source used, and fails if `[start, start + len)` no longer holds this version's
+    /// bytes (see [`Source::intact`]).
+    fn check(&self, opened: &Opened, start: u64, len: u64) -> Result<(), ReadError> {
+        self.used.store(now_ms(), Ordering::Relaxed);
+        if len > 0 && !self.intact(opened, start + len) {
+            return Err(ReadError::SourceChanged);
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` from `at`: a file cut short is an error, logged, never a short read.
+    fn pread(&self, opened: &Opened, buf: &mut [u8], at: u64) -> Result<(), ReadError> {
+        opened.file.read_exact_at(buf, at).map_err(|e| {
+            warn!("{}: read failed: {e}", self.path.display());
+            ReadError::Io
+        })
     }
 
     /// Sends `head`, then presented bytes `[offset, offset + len)` of a tensor whose stored bytes
@@ -453,18 +464,12 @@ impl Source {
         send: impl FnOnce(&[u8]),
     ) -> Result<(), ReadError> {
         let opened = self.opened()?;
-        self.used.store(now_ms(), Ordering::Relaxed);
         let stored = widening.stored_range(offset, len);
-        let (from, to) = (start + stored.start, start + stored.start + stored.len);
-        if stored.len > 0 && !self.intact(&opened, to) {
-            return Err(ReadError::SourceChanged);
-        }
+        let from = start + stored.start;
+        self.check(&opened, from, stored.len)?;
         WIDEN.with_borrow_mut(|(raw, out)| {
             raw.resize(stored.len as usize, 0);
-            if let Err(e) = opened.file.read_exact_at(raw, from) {
-                warn!("{}: read failed: {e}", self.path.display());
-                return Err(ReadError::Io);
-            }
+            self.pread(&opened, raw, from)?;
             out.clear();
             out.extend_from_slice(head);
             out.resize(head.len() + len as usize, 0);
