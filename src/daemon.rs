@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
-use log::{error, info};
+use log::{error, info, warn};
 
 use crate::cli::MountOptions;
 use crate::fs::TensorFs;
@@ -267,6 +267,7 @@ fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>,
                 .into(),
         );
     }
+    let sockets_before = socket_fds();
     let session = Session::new(fs, mnt, config).map_err(|e| {
         let what = match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(
@@ -276,6 +277,9 @@ fn mount(fs: TensorFs, mnt: &Path, config: &Config) -> Result<Session<TensorFs>,
         };
         format!("{}: cannot mount: {what}", mnt.display())
     })?;
+    if config.mount_options.contains(&MountOption::AutoUnmount) {
+        keep_unmount_socket_last(&sockets_before);
+    }
     // The handshake's 16 MiB request buffer was zeroed in the heap's free space (what the build
     // freed) and dropped: give those pages back rather than keep them resident for the mount's life.
     // SAFETY: malloc_trim only releases free heap memory; it has no preconditions.
@@ -397,6 +401,48 @@ fn wait_termination_signal() -> i32 {
     // SAFETY: `set` is initialised and `sig` is a valid place for the result.
     unsafe { libc::sigwait(&set, &mut sig) };
     sig
+}
+
+/// The descriptors of this process that are sockets.
+fn socket_fds() -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            fs::read_link(e.path()).is_ok_and(|l| l.as_os_str().as_bytes().starts_with(b"socket:"))
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// With `auto_unmount`, fusermount3 waits for the daemon's end of a socket to close, then unmounts
+/// only if it finds the FUSE connection already gone. A process that dies releases its descriptors
+/// highest-numbered first, and fuser's socket is numbered above `/dev/fuse` (it reuses the number
+/// of fusermount3's end for the descriptor it receives): so the socket went first and, about once
+/// in a hundred deaths, fusermount3 looked while `/dev/fuse` was still open and left the dead
+/// mount in place. A copy of the socket on descriptor 0 (stdin, which the daemon never reads) is
+/// released last of all, after every `/dev/fuse` descriptor, including those the worker threads
+/// clone later. `before` lists the sockets that existed before mounting: the new one is fuser's.
+fn keep_unmount_socket_last(before: &[i32]) {
+    let new: Vec<i32> = socket_fds()
+        .into_iter()
+        .filter(|fd| !before.contains(fd))
+        .collect();
+    let [socket] = new[..] else {
+        warn!(
+            "auto_unmount: cannot tell fusermount3's socket among {new:?}; a daemon that is killed may leave its mount behind"
+        );
+        return;
+    };
+    // SAFETY: dup3 only changes the descriptor table: `socket` is open, and descriptor 0 (stdin,
+    // /dev/null or the caller's terminal, never read by the daemon) is replaced atomically.
+    if unsafe { libc::dup3(socket, 0, libc::O_CLOEXEC) } < 0 {
+        warn!(
+            "auto_unmount: cannot move fusermount3's socket to descriptor 0: {}",
+            io::Error::last_os_error()
+        );
+    }
 }
 
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {

@@ -167,12 +167,8 @@ impl Handle {
     }
 }
 
-/// The inotify instance for `settings`, if they use one. Make it before mounting: a process that
-/// dies releases its descriptors highest-numbered first, and an inotify instance is slow to
-/// release (the kernel retires its watches). Numbered below the mount's descriptors, it goes after
-/// them; numbered between `/dev/fuse` and fusermount3's socket (as it would be if made once
-/// mounted), it delays the end of the connection past the socket's, and with `auto_unmount`
-/// fusermount3 then finds the connection still up and leaves the dead mount in place.
+/// The inotify instance for `settings`, if they use one; made before the daemon forks, with the
+/// rest of what following SOURCE needs (see `Follow`).
 pub fn inotify_for(settings: &Settings) -> Option<io::Result<Inotify>> {
     matches!(settings.mode, Mode::Auto | Mode::Inotify).then(Inotify::new)
 }

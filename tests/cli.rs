@@ -954,11 +954,37 @@ fn auto_unmount_clears_mount_after_sigkill() {
     require_fuse();
     let (_tmp, mnt) = mnt_dir("autounmount");
     let _g = MountGuard(mnt.clone());
-    // fusermount3 unmounts only if it finds the connection gone when the daemon's socket closes:
-    // a race at every death, so several deaths, right after the mount (while the refresh
-    // threads start).
-    for round in 0..5 {
+    // fusermount3 unmounts only if it finds the connection gone when the daemon's socket closes.
+    // A dying process releases its descriptors highest-numbered first, so every /dev/fuse
+    // descriptor (the worker threads' clones included) must be numbered above the lowest one
+    // that holds the socket; otherwise fusermount3 may look too early (about one death in a
+    // hundred here). Checked directly, then by several deaths right after the mount.
+    for round in 0..20 {
         let pid = mount_bg_daemon(&mnt, &["-o", "auto_unmount"]);
+        if round == 0 {
+            let fds_to = |what: &str| -> Vec<i32> {
+                fs::read_dir(format!("/proc/{pid}/fd"))
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| {
+                        fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with(what))
+                    })
+                    .map(|e| e.file_name().to_string_lossy().parse().unwrap())
+                    .collect()
+            };
+            // The default two worker threads: the first uses the mount's descriptor, the
+            // second a clone it opens once serving.
+            poll_until(Duration::from_secs(5), "two /dev/fuse descriptors", || {
+                fds_to("/dev/fuse").len() == 2
+            });
+            let fuse = fds_to("/dev/fuse");
+            let sockets = fds_to("socket:");
+            assert!(
+                sockets.iter().any(|s| fuse.iter().all(|f| s < f)),
+                "the daemon's sockets {sockets:?} should include one numbered below every \
+                 /dev/fuse descriptor {fuse:?}"
+            );
+        }
         kill(pid, libc::SIGKILL);
         poll_until(
             Duration::from_secs(5),
