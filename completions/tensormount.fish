@@ -19,7 +19,7 @@ refresh_interval=\t'the polling period, default 30 (fractions allowed)'
 settle=\t'how long a file seen changing in place must stay unchanged before it is interpreted again, default 1'
 source_idle=\t'a source unused for this long is closed, default 30'
 noexec\t'passed to the kernel'
-rw\t'accepted with a warning: the mount is always read-only'"
+rw\t'accepted, as mount(8) always passes it: the mount is always read-only'"
 complete -c tensormount -s f -l foreground -d 'Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as `mount.tensormount`, `-f` is mount(8)\'s "fake": exit 0 without mounting'
 complete -c tensormount -s n -d 'mount(8) helper flag (no mtab): ignored'
 complete -c tensormount -s s -d 'mount(8) helper flag (sloppy): ignored'

@@ -133,7 +133,7 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ("noexec", "passed to the kernel"),
     (
         "rw",
-        "accepted with a warning: the mount is always read-only",
+        "accepted, as mount(8) always passes it: the mount is always read-only",
     ),
 ];
 
@@ -224,8 +224,6 @@ pub struct MountOptions {
     pub settle: Duration,
     /// A source unused for this long is closed (its descriptor and mapping).
     pub source_idle: Duration,
-    /// `rw` was given (it has no effect: the mount is always read-only).
-    pub rw: bool,
 }
 
 impl Default for MountOptions {
@@ -243,7 +241,6 @@ impl Default for MountOptions {
             refresh: refresh::Settings::default(),
             settle: Duration::from_secs(1),
             source_idle: Duration::from_secs(30),
-            rw: false,
         }
     }
 }
@@ -347,7 +344,7 @@ impl MountOptions {
                     }
                 },
                 ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
-                ("rw", None) => opts.rw = true,
+                ("rw", None) => {}
                 ("comment", Some(_)) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("X-") => {}
                 (k, None) if IGNORED.contains(&k) => {}
@@ -440,13 +437,7 @@ mod tests {
             "rw,dev,suid,nofail,_netdev,defaults,x-systemd.automount,comment=hi,noatime,relatime",
         ])
         .unwrap();
-        assert_eq!(
-            o,
-            MountOptions {
-                rw: true,
-                ..MountOptions::default()
-            }
-        );
+        assert_eq!(o, MountOptions::default());
         assert!(parse(&["noexec"]).unwrap().noexec);
     }
 

@@ -587,7 +587,7 @@ impl Filesystem for TensorFs {
                     }
                 });
             }
-            // Widening reads the stored bytes with pread, which may wait on storage.
+            // As above: stored bytes in the page cache are widened on this thread.
             Ok(Reading::Widened {
                 source,
                 head,
@@ -597,6 +597,17 @@ impl Filesystem for TensorFs {
                 len,
             }) => {
                 let changed = self.changed_errno();
+                let reply = if head.is_empty() {
+                    let cached = |send: &mut dyn FnMut(&[u8])| {
+                        source.send_widened_cached(widening, start, offset, len, send)
+                    };
+                    match serve(reply, changed, cached) {
+                        Some(reply) => reply,
+                        None => return,
+                    }
+                } else {
+                    reply
+                };
                 let source = source.clone();
                 self.pool.submit(move |run| {
                     if run {

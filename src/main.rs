@@ -37,10 +37,6 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     if helper && args.foreground {
         return Ok(());
     }
-    // mount(8) passes `rw` to its helper whenever `ro` was not asked for.
-    if opts.rw && !helper {
-        log::warn!("option `rw` ignored: the mount is always read-only");
-    }
     let build = Options {
         strict: opts.strict,
         layout: opts.layout,

@@ -267,8 +267,8 @@ impl Widening {
                     o.copy_from_slice(&f64::from(v).to_le_bytes());
                 }
             }
-            // Never built: F32 is widened only to F64.
-            (From::F32, Target::F32) => out.fill(0),
+            // The identity (`new` never builds it: F32 is widened only to F64).
+            (From::F32, Target::F32) => out.copy_from_slice(&stored[..out.len()]),
         }
     }
 }

@@ -464,21 +464,42 @@ impl Source {
         send: impl FnOnce(&[u8]),
     ) -> Result<(), ReadError> {
         let opened = self.opened()?;
-        let stored = widening.stored_range(offset, len);
-        let from = start + stored.start;
-        self.check(&opened, from, stored.len)?;
-        WIDEN.with_borrow_mut(|(raw, out)| {
-            raw.resize(stored.len as usize, 0);
-            self.pread(&opened, raw, from)?;
-            out.clear();
-            out.extend_from_slice(head);
-            out.resize(head.len() + len as usize, 0);
-            if !widening.convert(raw, offset, &mut out[head.len()..]) {
-                return Err(ReadError::Io);
-            }
-            send(out);
-            Ok(())
-        })
+        let fill = |raw: &mut [u8], from| {
+            self.check(&opened, from, raw.len() as u64)?;
+            self.pread(&opened, raw, from)
+        };
+        widen_into(
+            head,
+            widening,
+            offset,
+            len,
+            start,
+            |raw, from| Some(fill(raw, from)),
+            send,
+        )
+        .unwrap_or(Err(ReadError::Io))
+    }
+
+    /// [`Source::send_widened`] without a head, from this thread: only if the source is open, on
+    /// a local filesystem, and the stored bytes are in the page cache (`preadv2(RWF_NOWAIT)`).
+    /// `None` if it could wait.
+    pub fn send_widened_cached(
+        &self,
+        widening: Widening,
+        start: u64,
+        offset: u64,
+        len: u64,
+        send: impl FnOnce(&[u8]),
+    ) -> Option<Result<(), ReadError>> {
+        if self.remote {
+            return None;
+        }
+        let open = self.open.try_read().ok()?;
+        let opened = open.as_ref()?;
+        let fill = |raw: &mut [u8], from| {
+            read_cached(&opened.file, raw, from).then(|| self.check(opened, from, raw.len() as u64))
+        };
+        widen_into(&[], widening, offset, len, start, fill, send)
     }
 
     /// The open descriptor, or the file opened again for this one use.
@@ -686,11 +707,41 @@ const COPY_BELOW: u64 = 32 << 10;
 const READ_AROUND: u64 = 128 << 10;
 
 thread_local! {
-    /// The stored bytes and the widened reply of [`Source::send_widened`], kept between reads.
+    /// The stored bytes and the widened reply of a widened read ([`widen_into`]), kept between
+    /// reads.
     static WIDEN: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     /// The buffer of a FUSE thread's copied reads.
     static COPY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Sends `head`, then presented bytes `[offset, offset + len)` of a tensor widened by `widening`
+/// whose stored bytes start at `start`: `fill` reads the stored bytes under that range (given
+/// their offset in the file), or returns `None` if it would wait, which is returned.
+fn widen_into(
+    head: &[u8],
+    widening: Widening,
+    offset: u64,
+    len: u64,
+    start: u64,
+    fill: impl FnOnce(&mut [u8], u64) -> Option<Result<(), ReadError>>,
+    send: impl FnOnce(&[u8]),
+) -> Option<Result<(), ReadError>> {
+    let stored = widening.stored_range(offset, len);
+    WIDEN.with_borrow_mut(|(raw, out)| {
+        raw.resize(stored.len as usize, 0);
+        if let Err(e) = fill(raw, start + stored.start)? {
+            return Some(Err(e));
+        }
+        out.clear();
+        out.extend_from_slice(head);
+        out.resize(head.len() + len as usize, 0);
+        if !widening.convert(raw, offset, &mut out[head.len()..]) {
+            return Some(Err(ReadError::Io));
+        }
+        send(out);
+        Some(Ok(()))
+    })
 }
 
 /// Fills `buf` from `file` at `offset` if every byte is in the page cache: `preadv2` with
