@@ -345,6 +345,15 @@ impl Source {
         ok
     }
 
+    /// The open descriptor's slot, if this source is on a local filesystem and the slot is not
+    /// being changed (a reader that must not wait does not wait for the lock).
+    fn open_local(&self) -> Option<std::sync::RwLockReadGuard<'_, Option<Arc<Opened>>>> {
+        if self.remote {
+            return None;
+        }
+        self.open.try_read().ok()
+    }
+
     /// Sends the `len` bytes at `start` through `send` if that cannot wait on storage: the source
     /// is open, on a local filesystem, and those bytes are in the page cache. `None` if it could
     /// wait: the caller then sends them from a thread that may block ([`Source::send`]).
@@ -357,10 +366,7 @@ impl Source {
         len: u64,
         send: impl FnOnce(&[u8]),
     ) -> Option<Result<(), ReadError>> {
-        if self.remote {
-            return None;
-        }
-        let open = self.open.try_read().ok()?;
+        let open = self.open_local()?;
         let opened = open.as_ref()?;
         if len < COPY_BELOW {
             return COPY.with_borrow_mut(|buf| {
@@ -491,10 +497,7 @@ impl Source {
         len: u64,
         send: impl FnOnce(&[u8]),
     ) -> Option<Result<(), ReadError>> {
-        if self.remote {
-            return None;
-        }
-        let open = self.open.try_read().ok()?;
+        let open = self.open_local()?;
         let opened = open.as_ref()?;
         let fill = |raw: &mut [u8], from| {
             read_cached(&opened.file, raw, from).then(|| self.check(opened, from, raw.len() as u64))
