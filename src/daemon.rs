@@ -29,6 +29,7 @@ use log::{error, info, warn};
 
 use crate::cli::MountOptions;
 use crate::fs::TensorFs;
+use crate::namespace::lease;
 use crate::refresh::Follow;
 use crate::{invalidate, logging, notify};
 
@@ -296,6 +297,10 @@ fn serve(
 ) -> Result<(), Error> {
     crate::namespace::start_closer(source_idle)
         .map_err(|e| format!("cannot start the thread that closes idle sources: {e}"))?;
+    // Without it, reads check their source each time.
+    if let Err(e) = lease::start() {
+        warn!("cannot start the thread that releases read leases: {e}");
+    }
     let refresh = match follow {
         Some(f) => Some(
             f.start(session.notifier(), top_mount(mnt).map(|m| m.dev))
@@ -388,11 +393,13 @@ fn termination_signals() -> libc::sigset_t {
 }
 
 /// Blocks SIGINT, SIGTERM, SIGHUP and SIGUSR1 in this thread and every thread it starts later;
-/// they are then only received by [`wait_termination_signal`].
+/// they are then only received by [`wait_termination_signal`]. Blocks the signal of broken read
+/// leases too, which only the lease thread receives (see [`lease`]).
 fn block_termination_signals() {
     let set = termination_signals();
     // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    lease::block_signal();
 }
 
 fn wait_termination_signal() -> i32 {

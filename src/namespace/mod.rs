@@ -4,6 +4,7 @@
 //!
 //! - [`source`]: one [`Source`] per version of a source file, reused while the file is unchanged;
 //! - [`opened`]: sources opened on demand, capped, and closed when idle;
+//! - [`lease`]: read leases that spare reads the check that their source is unchanged;
 //! - [`scan`]: what one source directory holds, and which files are still being written;
 //! - [`claims`]: which generated directory wins a name;
 //! - [`sets`]: sharded sets, their indexes checked against their shards;
@@ -26,6 +27,7 @@ mod claims;
 mod commit;
 mod draft;
 mod layout;
+pub mod lease;
 mod live;
 mod opened;
 mod parallel;

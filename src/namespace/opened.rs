@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use memmap2::Mmap;
 
+use super::lease::Lease;
 use super::source::{Source, Warning};
 
 /// At most this many sources are open at once (fewer where RLIMIT_NOFILE is lower).
@@ -31,6 +32,8 @@ pub struct Opened {
     map: OnceLock<Option<Mmap>>,
     /// Bytes sent from the mapping since its pages were last dropped (see [`served`]).
     served: AtomicU64,
+    /// Whether reads may skip checking that the file is unchanged (see [`lease`](super::lease)).
+    pub lease: Lease,
 }
 
 impl Opened {
@@ -39,6 +42,7 @@ impl Opened {
             file,
             map: OnceLock::new(),
             served: AtomicU64::new(0),
+            lease: Lease::default(),
         }
     }
 
@@ -130,14 +134,7 @@ const DROP_AFTER: u64 = 8 << 20;
 /// Drops from the daemon's address space the pages of every mapping that has sent bytes since
 /// this was last done.
 fn drop_served() {
-    let sources: Vec<Arc<Source>> = {
-        let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-        open.iter()
-            .flat_map(|set| set.values())
-            .filter_map(Weak::upgrade)
-            .collect()
-    };
-    for source in sources {
+    for source in open_sources() {
         let Some(opened) = source.current() else {
             continue;
         };
@@ -170,6 +167,15 @@ fn page_size() -> usize {
         n if n > 0 => n as usize,
         _ => 4096,
     })
+}
+
+/// The sources that may hold a descriptor now.
+pub(super) fn open_sources() -> Vec<Arc<Source>> {
+    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    open.iter()
+        .flat_map(|set| set.values())
+        .filter_map(Weak::upgrade)
+        .collect()
 }
 
 /// The sources that may hold a descriptor, by address.

@@ -23,6 +23,7 @@ use std::time::Instant;
 use log::warn;
 
 use super::ReadError;
+use super::lease;
 use super::opened::{self, Opened};
 use super::parallel;
 use super::sets::{self, Plan};
@@ -283,6 +284,7 @@ impl Source {
         *open = Some(o.clone());
         drop(open);
         opened::track(self);
+        self.lease(&o);
         Ok(o)
     }
 
@@ -345,6 +347,13 @@ impl Source {
         ok
     }
 
+    /// Takes a read lease on `opened`, this source's descriptor, if it is local (see [`lease`]).
+    fn lease(&self, opened: &Arc<Opened>) {
+        if !self.remote {
+            lease::take(opened, &self.version);
+        }
+    }
+
     /// The open descriptor's slot, if this source is on a local filesystem and the slot is not
     /// being changed (a reader that must not wait does not wait for the lock).
     fn open_local(&self) -> Option<std::sync::RwLockReadGuard<'_, Option<Arc<Opened>>>> {
@@ -370,7 +379,11 @@ impl Source {
         let opened = open.as_ref()?;
         if len < COPY_BELOW {
             return COPY.with_borrow_mut(|buf| {
-                buf.resize(len as usize, 0);
+                // Grown (and zeroed) only past the longest read so far.
+                if buf.len() < len as usize {
+                    buf.resize(len as usize, 0);
+                }
+                let buf = &mut buf[..len as usize];
                 if !read_cached(&opened.file, buf, start) {
                     return None;
                 }
@@ -439,10 +452,11 @@ impl Source {
     }
 
     /// Marks the source used, and fails if `[start, start + len)` no longer holds this version's
-    /// bytes (see [`Source::intact`]).
+    /// bytes (see [`Source::intact`]; nothing to check while `opened` holds a read lease).
     fn check(&self, opened: &Opened, start: u64, len: u64) -> Result<(), ReadError> {
-        self.used.store(now_ms(), Ordering::Relaxed);
-        if len > 0 && !self.intact(opened, start + len) {
+        let now = now_ms();
+        self.used.store(now, Ordering::Relaxed);
+        if len > 0 && !opened.lease.held(now) && !self.intact(opened, start + len) {
             return Err(ReadError::SourceChanged);
         }
         Ok(())
@@ -636,6 +650,9 @@ impl Registry {
         }
         let source = Arc::new(source);
         opened::track(&source);
+        if let Some(o) = source.current() {
+            source.lease(&o);
+        }
         self.by_id
             .insert(source.version.id, Arc::downgrade(&source));
         source
