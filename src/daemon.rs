@@ -12,9 +12,11 @@
 //! foreground process or the background child (with `MAINPID=`), and `STOPPING=1` when a
 //! termination signal starts the shutdown. A background daemon without `--log-file` logs to syslog.
 //!
-//! The threads that follow SOURCE (refresh, inotify, invalidator) and the one that closes idle
-//! sources start with the signal thread, after the mount: the fork still happens while the process has a single thread. SIGUSR1 asks
-//! them for a full rescan.
+//! The threads that follow SOURCE (refresh, inotify, invalidator), the one that closes idle
+//! sources and the one that releases read leases start with the signal thread, after the mount:
+//! the fork still happens while the process has a single thread, and every thread inherits the
+//! mask that blocks the signals these threads wait for. SIGUSR1 asks the refresh threads for a
+//! full rescan.
 
 use std::ffi::CString;
 use std::fs::{self, File};

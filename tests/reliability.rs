@@ -209,7 +209,7 @@ fn leased_source(tmp: &TempDir, len: usize) -> (PathBuf, u64, u64, Vec<u8>) {
 /// the next uncached read of a file opened before it, as any in-place change does.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn a_writer_of_a_source_waits_for_no_lease_and_its_change_is_caught() {
+fn lease_released_at_once_for_a_writer_whose_change_is_caught() {
     require_fuse();
     let tmp = TempDir::new("lease");
     let (src, ino, data_start, w) = leased_source(&tmp, 1 << 20);
@@ -278,7 +278,7 @@ impl Drop for Sysctl {
 /// yet), must not pass the changed bytes off as the old version.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn a_source_changed_while_the_daemon_was_stopped_is_caught() {
+fn lease_broken_while_the_daemon_was_stopped_is_not_relied_on() {
     require_fuse();
     // Shortened for the test (the kernel's default is 45 s); restored on drop.
     let _break_time = Sysctl::set(LEASE_BREAK_TIME, "2");

@@ -24,6 +24,7 @@
 //! daemon blocks [`SIGNAL`] in every thread before starting it, and [`start`] sets the switch.
 //! Without that the signal's default action would end the process.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -71,8 +72,8 @@ static TRUSTED_MS: AtomicU64 = AtomicU64::new(0);
 /// The longest the thread sleeps.
 const TICK: Duration = Duration::from_secs(1);
 
-/// The descriptors that hold or are taking a lease.
-static LEASED: Mutex<Vec<Weak<Opened>>> = Mutex::new(Vec::new());
+/// The descriptors that hold or have taken a lease, by address (see [`forget`]).
+static LEASED: Mutex<Option<HashMap<usize, Weak<Opened>>>> = Mutex::new(None);
 
 /// Takes a read lease on `opened`, a descriptor of a local source found as `version`, if leases
 /// are enabled and it has none yet, and keeps it only if the file is still that version.
@@ -88,11 +89,11 @@ pub fn take(opened: &Arc<Opened>, version: &Version) {
         return;
     }
     // Listed before the lease exists, so that a break that comes at once is not missed.
-    {
-        let mut leased = LEASED.lock().unwrap_or_else(PoisonError::into_inner);
-        leased.retain(|w| w.strong_count() > 0);
-        leased.push(Arc::downgrade(opened));
-    }
+    LEASED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(Arc::as_ptr(opened) as usize, Arc::downgrade(opened));
     let fd = opened.file.as_raw_fd();
     // SAFETY: fcntl on a descriptor that `opened` owns and keeps open; F_SETLEASE takes an int.
     if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) } != 0 {
@@ -182,11 +183,13 @@ fn signal_set() -> libc::sigset_t {
 /// Marks every lease that the kernel is breaking (F_GETLEASE then answers F_UNLCK) as no longer
 /// held, then releases it, which lets the writer waiting for it go on.
 fn release_broken() {
-    let leased: Vec<Arc<Opened>> = {
-        let mut leased = LEASED.lock().unwrap_or_else(PoisonError::into_inner);
-        leased.retain(|w| w.strong_count() > 0);
-        leased.iter().filter_map(Weak::upgrade).collect()
-    };
+    let leased: Vec<Arc<Opened>> = LEASED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .flat_map(HashMap::values)
+        .filter_map(Weak::upgrade)
+        .collect();
     for o in leased {
         let state = o.lease.0.load(Ordering::SeqCst);
         if state != TAKING && state != HELD {
@@ -200,6 +203,20 @@ fn release_broken() {
         o.lease.0.store(RELEASED, Ordering::SeqCst);
         unlock(fd);
         debug!("read lease on descriptor {fd} broken by a writer: released");
+    }
+}
+
+/// Drops `opened` from the list once it is being dropped (its descriptor closes with its lease).
+pub fn forget(opened: &Opened) {
+    if opened.lease.0.load(Ordering::SeqCst) == NONE {
+        return;
+    }
+    if let Some(leased) = LEASED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        leased.remove(&(opened as *const Opened as usize));
     }
 }
 

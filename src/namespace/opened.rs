@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use memmap2::Mmap;
 
-use super::lease::Lease;
+use super::lease::{self, Lease};
 use super::source::{Source, Warning};
 
 /// At most this many sources are open at once (fewer where RLIMIT_NOFILE is lower).
@@ -80,6 +80,12 @@ impl Opened {
     /// The mapping if it has been made.
     pub fn mapped(&self) -> Option<&Mmap> {
         self.map.get().and_then(Option::as_ref)
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        lease::forget(self);
     }
 }
 
