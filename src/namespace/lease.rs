@@ -134,12 +134,15 @@ pub fn start() -> io::Result<()> {
                 // SAFETY: `set` is an initialised signal set, `tick` a valid timeout; no siginfo
                 // is asked for.
                 let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &tick) };
-                // A timeout means no break began since the last wake (its signal would be
-                // pending): those that began before were released then.
                 if sig == SIGNAL {
                     release_broken();
+                    awake();
+                } else if sig < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+                {
+                    // A timeout: no break began since the last wake (its signal would be
+                    // pending), and those that began before were released then.
+                    awake();
                 }
-                awake();
             }
         })?;
     ENABLED.store(true, Ordering::SeqCst);
