@@ -398,10 +398,13 @@ fn termination_signals() -> libc::sigset_t {
 /// they are then only received by [`wait_termination_signal`]. Blocks the signal of broken read
 /// leases too, which only the lease thread receives (see [`lease`]).
 fn block_termination_signals() {
-    let set = termination_signals();
-    // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    lease::block_signal();
+    let mut set = termination_signals();
+    // SAFETY: `set` is an initialised signal set, to which sigaddset adds a valid signal; the old
+    // mask is not wanted.
+    unsafe {
+        libc::sigaddset(&mut set, lease::SIGNAL);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 fn wait_termination_signal() -> i32 {

@@ -1,5 +1,6 @@
-//! Reliability: sources that change under live readers, a source replaced by rename, writers of a leased source, other users
-//! with `allow_other`, a million tensors within a memory budget, and SIGTERM while readers are busy.
+//! Reliability: sources that change under live readers, a source replaced by rename, writers of
+//! a leased source, other users with `allow_other`, a million tensors within a memory budget, and
+//! SIGTERM while readers are busy.
 
 mod common;
 use common::*;
@@ -184,8 +185,18 @@ fn lease_break_time() -> u64 {
 
 const LEASE_BREAK_TIME: &str = "/proc/sys/fs/lease-break-time";
 
-/// A one-tensor source of `len` bytes (U8 tensor `w`); its path, inode, data start and bytes.
-fn leased_source(tmp: &TempDir, len: usize) -> (PathBuf, u64, u64, Vec<u8>) {
+/// A one-tensor source (U8 tensor `w`), mounted, whose daemon has served a first read of `w` and
+/// holds a read lease on it.
+struct Leased {
+    src: PathBuf,
+    /// Where the tensor's bytes start in the source.
+    data_start: u64,
+    m: Mounted,
+    /// `w` in the mount, opened before any change.
+    f: File,
+}
+
+fn mount_leased(tmp: &TempDir, len: usize) -> Leased {
     let src = tmp.join("m.safetensors");
     let w = bytes(len, 9);
     write_safetensors(
@@ -199,7 +210,23 @@ fn leased_source(tmp: &TempDir, len: usize) -> (PathBuf, u64, u64, Vec<u8>) {
         None,
     );
     let meta = fs::metadata(&src).unwrap();
-    (src, meta.ino(), meta.len() - len as u64, w)
+    let m = Mounted::new(&src, "");
+    let f = File::open(m.path("w")).unwrap();
+    drop_cache(&f);
+    let mut buf = vec![0u8; 4096];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == w[..4096], "w reads wrong before any change");
+    assert_eq!(
+        leases(m.pid().expect("daemon pid"), meta.ino()),
+        1,
+        "no read lease of the daemon on the source in /proc/locks"
+    );
+    Leased {
+        data_start: meta.len() - len as u64,
+        src,
+        m,
+        f,
+    }
 }
 
 /// The daemon holds a read lease on a local source it serves (so its reads need not check each
@@ -212,20 +239,15 @@ fn leased_source(tmp: &TempDir, len: usize) -> (PathBuf, u64, u64, Vec<u8>) {
 fn lease_released_at_once_for_a_writer_whose_change_is_caught() {
     require_fuse();
     let tmp = TempDir::new("lease");
-    let (src, ino, data_start, w) = leased_source(&tmp, 1 << 20);
-    let m = Mounted::new(&src, "");
+    let Leased {
+        src,
+        data_start,
+        m,
+        f,
+        ..
+    } = mount_leased(&tmp, 1 << 20);
+    let ino = fs::metadata(&src).unwrap().ino();
     let pid = m.pid().expect("daemon pid");
-
-    let f = File::open(m.path("w")).unwrap();
-    drop_cache(&f);
-    let mut buf = vec![0u8; 4096];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert!(buf == w[..4096], "w reads wrong before any change");
-    assert_eq!(
-        leases(pid, ino),
-        1,
-        "no read lease of the daemon on the source in /proc/locks"
-    );
 
     let break_time = lease_break_time();
     let started = Instant::now();
@@ -247,6 +269,7 @@ fn lease_released_at_once_for_a_writer_whose_change_is_caught() {
         .unwrap();
     drop(writer);
     drop_cache(&f);
+    let mut buf = vec![0u8; 4096];
     let e = f
         .read_exact_at(&mut buf, 8192)
         .expect_err("read of the changed bytes succeeded");
@@ -284,20 +307,17 @@ fn lease_broken_while_the_daemon_was_stopped_is_not_relied_on() {
     let _break_time = Sysctl::set(LEASE_BREAK_TIME, "2");
     let tmp = TempDir::new("lease-stopped");
     let len = 4 << 20;
-    let (src, ino, data_start, w) = leased_source(&tmp, len);
-    let m = Mounted::new(&src, "");
+    let Leased {
+        src,
+        data_start,
+        m,
+        f,
+        ..
+    } = mount_leased(&tmp, len);
     let pid = m.pid().expect("daemon pid");
-
-    let f = Arc::new(File::open(m.path("w")).unwrap());
-    let mut buf = vec![0u8; 4096];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert!(buf == w[..4096], "w reads wrong before any change");
-    assert_eq!(
-        leases(pid, ino),
-        1,
-        "no read lease of the daemon on the source"
-    );
+    // The first read's readahead out of the kernel's cache: the reads below reach the daemon.
     drop_cache(&f);
+    let f = Arc::new(f);
 
     // SAFETY: kill(2) of the daemon, a process of this test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);

@@ -34,7 +34,7 @@ use std::time::Duration;
 use log::debug;
 
 use super::opened::{self, Opened};
-use super::source::{Version, now_ms};
+use super::source::now_ms;
 
 /// What the kernel sends when a lease is being broken (F_SETSIG left at 0): a standard signal,
 /// so breaks that come together are delivered once, and each delivery looks at every lease.
@@ -75,9 +75,10 @@ const TICK: Duration = Duration::from_secs(1);
 /// The descriptors that hold or have taken a lease, by address (see [`forget`]).
 static LEASED: Mutex<Option<HashMap<usize, Weak<Opened>>>> = Mutex::new(None);
 
-/// Takes a read lease on `opened`, a descriptor of a local source found as `version`, if leases
-/// are enabled and it has none yet, and keeps it only if the file is still that version.
-pub fn take(opened: &Arc<Opened>, version: &Version) {
+/// Takes a read lease on `opened`, a descriptor of a local source, if leases are enabled and it
+/// has none yet, and keeps it only if `unchanged` (asked once the lease is held) says the file is
+/// still the version it was opened as.
+pub fn take(opened: &Arc<Opened>, unchanged: impl FnOnce() -> bool) {
     let lease = &opened.lease;
     if !ENABLED.load(Ordering::SeqCst)
         || TRUSTED_MS.load(Ordering::Relaxed) == 0
@@ -101,11 +102,7 @@ pub fn take(opened: &Arc<Opened>, version: &Version) {
         lease.0.store(RELEASED, Ordering::SeqCst);
         return;
     }
-    let same = opened.file.metadata().is_ok_and(|now| {
-        let now = Version::of(&now);
-        now.size == version.size && now.mtime == version.mtime
-    });
-    let held = same
+    let held = unchanged()
         && lease
             .0
             .compare_exchange(TAKING, HELD, Ordering::SeqCst, Ordering::SeqCst)
@@ -147,10 +144,8 @@ pub fn start() -> io::Result<()> {
         })?;
     ENABLED.store(true, Ordering::SeqCst);
     for source in opened::open_sources() {
-        if let Some(o) = source.current()
-            && !source.remote
-        {
-            take(&o, &source.version);
+        if let Some(o) = source.current() {
+            source.lease(&o);
         }
     }
     Ok(())
@@ -164,13 +159,6 @@ fn awake() {
         .unwrap_or(0);
     TRUSTED_MS.store(break_secs * 1000 / 2, Ordering::Relaxed);
     AWAKE.store(now_ms(), Ordering::SeqCst);
-}
-
-/// Blocks [`SIGNAL`] in the calling thread (and so in every thread it starts later).
-pub fn block_signal() {
-    let set = signal_set();
-    // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
 fn signal_set() -> libc::sigset_t {

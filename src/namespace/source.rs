@@ -348,9 +348,9 @@ impl Source {
     }
 
     /// Takes a read lease on `opened`, this source's descriptor, if it is local (see [`lease`]).
-    fn lease(&self, opened: &Arc<Opened>) {
+    pub(super) fn lease(&self, opened: &Arc<Opened>) {
         if !self.remote {
-            lease::take(opened, &self.version);
+            lease::take(opened, || self.intact(opened, self.version.size));
         }
     }
 
