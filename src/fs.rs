@@ -1,42 +1,32 @@
-//! The FUSE adapter: translates kernel requests into lookups in the current [`Snapshot`] (or in
-//! the entries the kernel still holds) and byte ranges of their sources, asks the refresh thread
-//! to look again where a request finds the tree out of date, and counts the lookups the kernel
-//! holds. Nothing here decides what the tree holds.
+//! The filesystem's operations, not tied to fuser: each kernel request becomes one call here that
+//! returns a `Result`, and [`fuse`](crate::fuse) only translates. What is decided here:
+//! - opens: write opens refused, stale inodes refused (left the tree, or their source moved, after
+//!   bringing the tree up to date), sources that may stall checked within a bounded wait, and the
+//!   mode of each mirrored file (passthrough or page cache) decided by its first open;
+//! - reads: sent from the calling thread where nothing can wait on storage, else from the read
+//!   pool;
+//! - listings, each from the snapshot its directory was opened on; lookups that miss ask for a
+//!   rescan; attributes, extended attributes and `statfs`.
+//!
+//! Nothing here decides what the tree holds; that is the namespace's job.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
-};
 
 use log::debug;
 
-use crate::invalidate::Notice;
+use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{
-    Attr, Content, Hold, Ino, Kind, Namespace, Node, Opened, ROOT, ReadError, Reading, Removed,
-    Snapshot, Source,
+    Attr, Content, Ino, Kind, Namespace, Node, NotReadable, ROOT, Removed, Snapshot,
 };
 use crate::pool::Pool;
 use crate::refresh;
-
-/// Entry and attribute timeouts. The bytes behind an inode never change, and a changed source
-/// gives new inodes whose old names the refresh invalidates, so the kernel may cache for long.
-const TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// `st_blksize`: large, so that tools which size their reads by it make few requests.
-const BLKSIZE: u32 = 1 << 20;
-
-const STATFS_BSIZE: u32 = 4096;
+use crate::source::{Hold, Opened, ReadError, Reading, Source, Wait};
 
 /// Threads that serve reads which may wait on storage, and how many more reads may wait for one.
 const READ_THREADS: usize = 16;
@@ -50,7 +40,31 @@ const CHECK_WAIT: Duration = Duration::from_millis(300);
 const XATTR_GENERATION: &str = "user.tensormount.refresh_generation";
 const XATTR_MODE: &str = "user.tensormount.refresh_mode";
 
-/// How tensormount talks to the kernel. [`Tuning::default`] is what it uses; [`Tuning::baseline`]
+/// `statfs`: the block size sizes are counted in.
+pub const STATFS_BSIZE: u32 = 4096;
+
+/// Why a request fails; [`fuse`](crate::fuse) gives each its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsError {
+    /// No such entry, or an inode the daemon does not know.
+    NotFound,
+    NotDir,
+    IsDir,
+    /// An inode that left the tree, a source that changed under a followed mount.
+    Stale,
+    /// A write, or any change of the tree.
+    ReadOnly,
+    /// `readlink` of something that is not a link.
+    NotLink,
+    /// An extended attribute of a namespace the mount does not serve (`security.`, `trusted.`).
+    OtherNamespace,
+    /// No such extended attribute.
+    NoAttribute,
+    /// Reading the source failed, or changed under a frozen mount.
+    Io,
+}
+
+/// How the daemon talks to the kernel. [`Tuning::default`] is what it uses; [`Tuning::baseline`]
 /// (environment `TENSORMOUNT_TUNING=baseline`) is fuser's defaults with one thread, so that the
 /// benchmark can show what each setting brings.
 #[derive(Debug, Clone, Copy)]
@@ -96,14 +110,40 @@ impl Tuning {
     }
 }
 
-/// How the adapter reaches the refresh machinery, when the mount follows its source.
+/// How the operations reach the refresh machinery, when the mount follows its source.
 #[derive(Debug, Clone)]
 pub struct Live {
     pub refresh: refresh::Handle,
-    pub invalidate: Sender<Notice>,
+    pub invalidate: Invalidator,
 }
 
-pub struct TensorFs {
+/// An open file or directory: its handle, and how the kernel may cache it.
+#[derive(Debug)]
+pub struct Open<B> {
+    pub fh: u64,
+    /// Keep the kernel's page cache (and for a directory, its cached listing) across opens.
+    pub keep_cache: bool,
+    pub cache_dir: bool,
+    /// The backing file the kernel reads a mirrored file from (passthrough), if it does.
+    pub backing: Option<Arc<B>>,
+}
+
+/// Where a read's bytes go: the kernel's reply, or a test's.
+pub trait ReplyData: Send + 'static {
+    fn data(self, bytes: &[u8]);
+    fn error(self, e: FsError);
+}
+
+/// `statfs` of a read-only image: the size of the sources, nothing free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub files: u64,
+}
+
+/// The filesystem. `B` is the kernel's handle on a passthrough backing file (fuser's
+/// `BackingId`), dropped with the last handle open on its inode.
+pub struct TensorFs<B> {
     ns: Arc<Namespace>,
     /// `None` with `-o refresh=off`: the tree never changes.
     live: Option<Live>,
@@ -114,7 +154,7 @@ pub struct TensorFs {
     /// wants the same one for every open of an inode), or `None` for the page cache, served by the
     /// daemon; and how many handles are open on it. Dropped with the last handle, which lets the
     /// kernel close its backing file.
-    backing: Mutex<HashMap<Ino, (usize, Option<BackingId>)>>,
+    backing: Mutex<HashMap<Ino, Mode<B>>>,
     /// Serves reads that may wait on storage, and checks of sources that may stall.
     pool: Pool,
     /// Cleared once the kernel refuses a backing file for want of privilege or support.
@@ -125,8 +165,24 @@ pub struct TensorFs {
     next_fh: AtomicU64,
 }
 
-impl TensorFs {
-    pub fn new(ns: Arc<Namespace>, live: Option<Live>, tuning: Tuning) -> TensorFs {
+/// How a mirrored file open by clients is served: through its passthrough backing file, or (none)
+/// from the page cache; and how many handles are open on it.
+struct Mode<B> {
+    handles: usize,
+    backing: Option<Arc<B>>,
+}
+
+/// What an open found out from the backend (see [`TensorFs::check`]).
+struct Checked {
+    moved: bool,
+    /// The source open, if it still holds this version (and for a mirrored file, all of it).
+    opened: Option<Arc<Opened>>,
+    /// False where the backend did not answer in time.
+    answered: bool,
+}
+
+impl<B: Send + Sync + 'static> TensorFs<B> {
+    pub fn new(ns: Arc<Namespace>, live: Option<Live>, tuning: Tuning) -> TensorFs<B> {
         TensorFs {
             ns,
             live,
@@ -140,21 +196,37 @@ impl TensorFs {
         }
     }
 
-    fn open_flags(&self, dir: bool) -> FopenFlags {
-        match (self.tuning.keep_cache, dir) {
-            (false, _) => FopenFlags::empty(),
-            (true, false) => FopenFlags::FOPEN_KEEP_CACHE,
-            (true, true) => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// Whether the kernel agreed to passthrough (at FUSE INIT).
+    pub fn set_passthrough(&self, ok: bool) {
+        self.passthrough_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// The error for a read whose source changed under this version: the handle is stale when
+    /// the mount follows its source (a new open sees the new version), EIO when it is frozen.
+    fn changed(&self) -> FsError {
+        if self.live.is_some() {
+            FsError::Stale
+        } else {
+            FsError::Io
         }
     }
 
-    /// Counts a reply naming `ino` (found in `snapshot` as `name` in `parent`). If it has just
-    /// left the tree, the kernel is told to forget that name again.
+    /// The node of `ino`: in the current tree, or kept for the kernel.
+    fn node(&self, ino: Ino) -> Result<Node, FsError> {
+        self.ns.get(ino).ok_or(FsError::NotFound)
+    }
+
+    /// Counts a reply naming `ino` (found as `name` in `parent`). If it has just left the tree,
+    /// the kernel is told to forget that name again.
     fn remember(&self, parent: Ino, name: &[u8], ino: Ino, node: &Node) {
         if !self.ns.remember(ino, node)
             && let Some(live) = &self.live
         {
-            let _ = live.invalidate.send(Notice::Stale(Removed {
+            live.invalidate.send(Notice::Stale(Removed {
                 parent,
                 name: name.into(),
                 ino,
@@ -162,13 +234,91 @@ impl TensorFs {
         }
     }
 
-    /// The error for a read whose source changed under this version: the handle is stale when
-    /// the mount follows its source (a new open sees the new version), EIO when it is frozen.
-    fn changed_errno(&self) -> Errno {
-        if self.live.is_some() {
-            Errno::ESTALE
-        } else {
-            Errno::EIO
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<(Ino, Attr), FsError> {
+        let mut looked_again = false;
+        loop {
+            let snapshot = self.ns.current();
+            if let Some(ino) = snapshot.lookup(parent, name)
+                && let Some(node) = snapshot.node(ino)
+            {
+                self.remember(parent, name, ino, node);
+                return Ok((ino, node.attr));
+            }
+            if snapshot.children(parent).is_none() {
+                // Not a directory, or one that left the tree (nothing new appears in it).
+                let dir = self
+                    .ns
+                    .get(parent)
+                    .is_some_and(|n| n.attr.kind == Kind::Dir);
+                return Err(if dir {
+                    FsError::NotFound
+                } else {
+                    FsError::NotDir
+                });
+            }
+            // A miss: the source directory may have gained that name since it was last read.
+            match &self.live {
+                Some(live) if !looked_again => {
+                    looked_again = true;
+                    let dir = snapshot.real_dir_of(parent);
+                    drop(snapshot);
+                    live.refresh.revalidate(dir);
+                }
+                _ => return Err(FsError::NotFound),
+            }
+        }
+    }
+
+    /// The kernel forgot `n` lookups of `ino`.
+    pub fn forget(&self, ino: Ino, n: u64) {
+        self.ns.forget(ino, n);
+    }
+
+    pub fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
+        Ok(self.node(ino)?.attr)
+    }
+
+    pub fn readlink(&self, ino: Ino) -> Result<Arc<[u8]>, FsError> {
+        match self.node(ino)?.content {
+            Content::Link(target) => Ok(target),
+            _ => Err(FsError::NotLink),
+        }
+    }
+
+    /// Opens a file (`flags` as open(2) takes them) with a handle that keeps its source open.
+    /// `open_backing` makes the kernel's handle on a passthrough backing file, if it is asked.
+    pub fn open(
+        &self,
+        ino: Ino,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<B>,
+    ) -> Result<Open<B>, FsError> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(FsError::ReadOnly);
+        }
+        let node = self.ns.get(ino).ok_or(FsError::Stale)?;
+        if node.attr.kind == Kind::Dir {
+            return Err(FsError::IsDir);
+        }
+        let Some(source) = node.source().cloned() else {
+            // Generated bytes: nothing to check or keep open.
+            return Ok(self.opened(0, false, None));
+        };
+        let mirror = matches!(node.content, Content::Mirror { .. });
+        let checked = self.check(&source, mirror);
+        if self.stale(ino, checked.moved) {
+            return Err(FsError::Stale);
+        }
+        // The bytes behind an inode never change: the kernel's page cache is kept across opens.
+        self.open_file(ino, &source, mirror, checked, open_backing)
+    }
+
+    fn opened(&self, fh: u64, dir: bool, backing: Option<Arc<B>>) -> Open<B> {
+        Open {
+            fh,
+            keep_cache: self.tuning.keep_cache,
+            cache_dir: self.tuning.keep_cache && dir,
+            backing,
         }
     }
 
@@ -230,66 +380,73 @@ impl TensorFs {
             })
     }
 
-    /// Opens a file with a handle that keeps its source open. The kernel wants every open of one
-    /// inode in the same mode, passthrough or page cache (mixing them fails the open with EIO), so
-    /// the first open of a mirrored file decides its mode until its last handle is released.
+    /// A handle that keeps `source` open. The kernel wants every open of one inode in the same
+    /// mode, passthrough or page cache (mixing them fails the open with EIO), so the first open of
+    /// a mirrored file decides its mode until its last handle is released.
     fn open_file(
         &self,
         ino: Ino,
         source: &Arc<Source>,
         mirror: bool,
         checked: Checked,
-        reply: ReplyOpen,
-    ) {
-        let flags = self.open_flags(false);
+        open_backing: impl FnOnce(&File) -> io::Result<B>,
+    ) -> Result<Open<B>, FsError> {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let hold = source.hold();
         if !mirror {
             self.lock_handles().insert(fh, (ino, hold));
-            return reply.opened(FileHandle(fh), flags);
+            return Ok(self.opened(fh, false, None));
         }
         let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
-        let (count, mode) = backing
-            .entry(ino)
-            .or_insert_with(|| (0, self.open_backing(ino, checked.opened.as_deref(), &reply)));
-        *count += 1;
+        let mode = backing.entry(ino).or_insert_with(|| Mode {
+            handles: 0,
+            backing: self
+                .backing_file(ino, checked.opened.as_deref(), open_backing)
+                .map(Arc::new),
+        });
+        mode.handles += 1;
         let usable = checked.opened.is_some() || !checked.answered;
-        let passthrough = mode.as_ref().map(|id| (id, usable));
-        match passthrough {
+        let open = match mode.backing.clone() {
             // The kernel refuses passthrough combined with caching flags (the page cache is the
             // source's).
-            Some((id, true)) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id),
+            Some(id) if usable => Open {
+                fh,
+                keep_cache: false,
+                cache_dir: false,
+                backing: Some(id),
+            },
             // Passthrough reads never reach the daemon, so a source changed in place can only be
             // refused here.
-            Some((_, false)) => {
-                *count -= 1;
-                if *count == 0 {
+            Some(_) => {
+                mode.handles -= 1;
+                if mode.handles == 0 {
                     backing.remove(&ino);
                 }
-                return reply.error(self.changed_errno());
+                return Err(self.changed());
             }
-            None => reply.opened(FileHandle(fh), flags),
-        }
+            None => self.opened(fh, false, None),
+        };
         drop(backing);
         self.lock_handles().insert(fh, (ino, hold));
+        Ok(open)
     }
 
-    fn lock_handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Ino, Hold)>> {
+    fn lock_handles(&self) -> MutexGuard<'_, HashMap<u64, (Ino, Hold)>> {
         self.handles.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A passthrough backing file for a mirrored file, if the kernel and privileges allow it and
     /// the source is open and unchanged.
-    fn open_backing(
+    fn backing_file(
         &self,
         ino: Ino,
         opened: Option<&Opened>,
-        reply: &ReplyOpen,
-    ) -> Option<BackingId> {
+        open_backing: impl FnOnce(&File) -> io::Result<B>,
+    ) -> Option<B> {
         if !self.passthrough_ok.load(Ordering::Relaxed) {
             return None;
         }
-        match reply.open_backing(&opened?.file) {
+        match open_backing(opened?.file()) {
             Ok(id) => Some(id),
             Err(err) => {
                 // EPERM without CAP_SYS_ADMIN, ENOTTY/EOPNOTSUPP on old kernels, EINVAL for a
@@ -304,15 +461,92 @@ impl TensorFs {
         }
     }
 
-    /// The kernel forgot `n` lookups of `ino`.
-    fn forget_one(&self, ino: Ino, n: u64) {
-        self.ns.forget(ino, n);
+    pub fn release(&self, ino: Ino, fh: u64) {
+        let released = self.lock_handles().remove(&fh);
+        if released.is_some() {
+            let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Entry::Occupied(mut e) = backing.entry(ino) {
+                e.get_mut().handles -= 1;
+                if e.get().handles == 0 {
+                    e.remove();
+                }
+            }
+        }
+        // The last use of a replaced source may close it: not under the locks.
+        drop(released);
+    }
+
+    /// Reads up to `size` bytes of `ino` from `offset` into `reply`. Bytes the daemon has or that
+    /// are in the page cache of a local source are sent from this thread; anything that may wait
+    /// on storage goes to the read pool.
+    pub fn read<R: ReplyData>(&self, ino: Ino, offset: u64, size: u32, reply: R) {
+        let Some(node) = self.ns.get(ino) else {
+            return reply.error(FsError::Stale);
+        };
+        let reading = match node.read(offset, size) {
+            Ok(r) => r,
+            Err(NotReadable::IsDir) => return reply.error(FsError::IsDir),
+            Err(NotReadable::Nothing) => return reply.error(FsError::NotFound),
+        };
+        let changed = self.changed();
+        let Some(reply) = send(&reading, Wait::No, reply, changed) else {
+            return;
+        };
+        let reading = reading.into_owned();
+        self.pool.submit(move |run| {
+            if run {
+                send(&reading, Wait::Yes, reply, changed);
+            } else {
+                reply.error(FsError::Io);
+            }
+        });
+    }
+
+    /// Opens a directory for listing: its listing is the snapshot of now, kept until released.
+    pub fn opendir(&self, ino: Ino) -> Result<Open<B>, FsError> {
+        let before = self.ns.current();
+        let Some(node) = before.node(ino) else {
+            // A directory that left the tree lists nothing new: serve what the kernel holds.
+            return match self.ns.get(ino) {
+                Some(n) if n.attr.kind == Kind::Dir => Ok(Open {
+                    fh: 0,
+                    keep_cache: false,
+                    cache_dir: false,
+                    backing: None,
+                }),
+                _ => Err(FsError::NotDir),
+            };
+        };
+        if node.attr.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let mut open = self.opened(0, true, None);
+        if let Some(live) = &self.live {
+            let dir = before.real_dir_of(ino);
+            drop(before);
+            if live.refresh.revalidate(dir) {
+                // Just changed: the kernel's cached listing may predate it.
+                open.keep_cache = false;
+            }
+        }
+        open.fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.lock_dirs().insert(open.fh, self.ns.current());
+        Ok(open)
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        let dropped = self.lock_dirs().remove(&fh);
+        drop(dropped);
+    }
+
+    fn lock_dirs(&self) -> MutexGuard<'_, HashMap<u64, Arc<Snapshot>>> {
+        self.dirs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The snapshot an open directory lists.
-    fn listing(&self, fh: FileHandle) -> Arc<Snapshot> {
-        let dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
-        match dirs.get(&fh.0) {
+    fn listing(&self, fh: u64) -> Arc<Snapshot> {
+        let dirs = self.lock_dirs();
+        match dirs.get(&fh) {
             Some(s) => s.clone(),
             None => {
                 drop(dirs);
@@ -321,14 +555,103 @@ impl TensorFs {
         }
     }
 
+    /// Lists the directory `ino` (open as `fh`) from the entry at `offset` (`.` is 0, `..` 1):
+    /// `add` gets each entry with the offset of the next one, and returns true once the reply is
+    /// full. A directory that left the tree lists nothing.
+    pub fn readdir(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(Ino, u64, Kind, &[u8]) -> bool,
+    ) -> Result<(), FsError> {
+        let snapshot = self.listing(fh);
+        let Some(entries) = dir_entries(&snapshot, ino) else {
+            return self.no_listing(ino);
+        };
+        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+            let kind = snapshot.node(child).map_or(Kind::File, |n| n.attr.kind);
+            if add(child, i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`TensorFs::readdir`] with each entry's attributes (READDIRPLUS); each entry but `.` and
+    /// `..` counts as a lookup the kernel holds.
+    pub fn readdirplus(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(Ino, u64, &[u8], &Attr) -> bool,
+    ) -> Result<(), FsError> {
+        let snapshot = self.listing(fh);
+        let Some(entries) = dir_entries(&snapshot, ino) else {
+            return self.no_listing(ino);
+        };
+        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+            let Some(node) = snapshot.node(child) else {
+                continue;
+            };
+            if add(child, i as u64 + 1, name, &node.attr) {
+                break;
+            }
+            if i >= 2 {
+                self.remember(ino, name, child, node);
+            }
+        }
+        Ok(())
+    }
+
     /// A listing of `ino` where the snapshot has none: a directory that left the tree lists
     /// nothing; anything else is not a directory.
-    fn no_listing(&self, ino: Ino, reply: impl EmptyListing) {
-        if self.ns.get(ino).is_some_and(|n| n.attr.kind == Kind::Dir) {
-            reply.empty();
-        } else {
-            reply.not_dir();
+    fn no_listing(&self, ino: Ino) -> Result<(), FsError> {
+        match self.ns.get(ino) {
+            Some(n) if n.attr.kind == Kind::Dir => Ok(()),
+            _ => Err(FsError::NotDir),
         }
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let snapshot = self.ns.current();
+        StatFs {
+            blocks: snapshot.source_bytes().div_ceil(u64::from(STATFS_BSIZE)),
+            files: snapshot.node_count(),
+        }
+    }
+
+    /// The value of the extended attribute `name` of `ino`.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let node = self.node(ino)?;
+        if !name.starts_with(b"user.") {
+            // Namespaces this filesystem does not serve (security., system., trusted.).
+            return Err(FsError::OtherNamespace);
+        }
+        let own = match ino {
+            ROOT => self.root_xattr(name),
+            _ => None,
+        };
+        own.or_else(|| std::str::from_utf8(name).ok().and_then(|n| node.xattr(n)))
+            .ok_or(FsError::NoAttribute)
+    }
+
+    /// The names of the extended attributes of `ino`, each followed by a NUL.
+    pub fn listxattr(&self, ino: Ino) -> Result<Vec<u8>, FsError> {
+        let node = self.node(ino)?;
+        let mut list = Vec::new();
+        let own = (ino == ROOT).then_some([XATTR_GENERATION, XATTR_MODE]);
+        for name in node
+            .xattr_names()
+            .iter()
+            .map(String::as_str)
+            .chain(own.into_iter().flatten())
+        {
+            list.extend_from_slice(name.as_bytes());
+            list.push(0);
+        }
+        Ok(list)
     }
 
     /// The root's own extended attributes: the refresh generation and mode.
@@ -345,652 +668,24 @@ impl TensorFs {
     }
 }
 
-/// What an open found out from the backend (see [`TensorFs::check`]).
-struct Checked {
-    moved: bool,
-    /// The source open, if it still holds this version (and for a mirrored file, all of it).
-    opened: Option<Arc<Opened>>,
-    /// False where the backend did not answer in time.
-    answered: bool,
-}
-
-/// Replies to a read with the bytes that `send` passes on, or with its error. Gives the reply back
-/// if `send` sent nothing and returned `None`.
-fn serve(
-    reply: ReplyData,
-    changed: Errno,
-    send: impl FnOnce(&mut dyn FnMut(&[u8])) -> Option<Result<(), ReadError>>,
-) -> Option<ReplyData> {
+/// Sends `reading` to `reply`, or its error. Gives the reply back if nothing could be sent
+/// without waiting (`wait` [`Wait::No`]).
+fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, changed: FsError) -> Option<R> {
     let mut reply = Some(reply);
-    let sent = send(&mut |bytes| {
+    let sent = reading.send(wait, |bytes| {
         if let Some(r) = reply.take() {
             r.data(bytes);
         }
     });
     match (sent, reply) {
-        (Some(Err(e)), Some(r)) => r.error(read_errno(e, changed)),
+        (Some(Err(e)), Some(r)) => r.error(match e {
+            ReadError::Changed => changed,
+            ReadError::Io => FsError::Io,
+        }),
         (None, reply) => return reply,
         _ => {}
     }
     None
-}
-
-fn read_errno(e: ReadError, changed: Errno) -> Errno {
-    match e {
-        ReadError::NotFound => Errno::ENOENT,
-        ReadError::IsDir => Errno::EISDIR,
-        ReadError::SourceChanged => changed,
-        ReadError::Io => Errno::EIO,
-    }
-}
-
-fn file_attr(ino: Ino, a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: a.mtime,
-        mtime: a.mtime,
-        ctime: a.mtime,
-        crtime: a.mtime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: 0,
-        blksize: BLKSIZE,
-        flags: 0,
-    }
-}
-
-fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::Dir => FileType::Directory,
-        Kind::File => FileType::RegularFile,
-        Kind::Symlink => FileType::Symlink,
-    }
-}
-
-/// Answers the xattr protocol: the size probe (size 0), ERANGE for a short buffer, else the bytes.
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
-    if size == 0 {
-        reply.size(value.len() as u32);
-    } else if value.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(value);
-    }
-}
-
-impl Filesystem for TensorFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // List directories with their attributes in one pass where the kernel wants them (`ls -l`).
-        if self.tuning.readdirplus {
-            let _ = config.add_capabilities(
-                InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
-            );
-        }
-        // Lookups and listings work on immutable snapshots: the kernel need not serialise those
-        // of one directory (a lookup waiting on a slow source would hold up the others).
-        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        if self.tuning.passthrough {
-            // Depth 1: backing files may not themselves be on a stacked filesystem.
-            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
-                && config.set_max_stack_depth(1).is_ok();
-            self.passthrough_ok.store(ok, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let (parent, name) = (parent.0, name.as_bytes());
-        let mut looked_again = false;
-        loop {
-            let snapshot = self.ns.current();
-            if let Some(ino) = snapshot.lookup(parent, name)
-                && let Some(node) = snapshot.node(ino)
-            {
-                self.remember(parent, name, ino, node);
-                return reply.entry(&TTL, &file_attr(ino, &node.attr), Generation(0));
-            }
-            if snapshot.children(parent).is_none() {
-                // Not a directory, or one that left the tree (nothing new appears in it).
-                let dir = self
-                    .ns
-                    .get(parent)
-                    .is_some_and(|n| n.attr.kind == Kind::Dir);
-                return reply.error(if dir { Errno::ENOENT } else { Errno::ENOTDIR });
-            }
-            // A miss: the source directory may have gained that name since it was last read.
-            match &self.live {
-                Some(live) if !looked_again => {
-                    looked_again = true;
-                    let dir = snapshot.real_dir_of(parent);
-                    drop(snapshot);
-                    live.refresh.revalidate(dir);
-                }
-                _ => return reply.error(Errno::ENOENT),
-            }
-        }
-    }
-
-    // fuser's default `batch_forget` calls this for each inode.
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.forget_one(ino.0, nlookup);
-    }
-
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.ns.get(ino.0).map(|n| n.content) {
-            Some(Content::Link(target)) => reply.data(&target),
-            Some(_) => reply.error(Errno::EINVAL),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.ns.get(ino.0) {
-            Some(node) => reply.attr(&TTL, &file_attr(ino.0, &node.attr)),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-            return reply.error(Errno::EROFS);
-        }
-        let Some(node) = self.ns.get(ino.0) else {
-            return reply.error(Errno::ESTALE);
-        };
-        if node.attr.kind == Kind::Dir {
-            return reply.error(Errno::EISDIR);
-        }
-        let Some(source) = node.source().cloned() else {
-            // Generated bytes: nothing to check or keep open.
-            return reply.opened(FileHandle(0), self.open_flags(false));
-        };
-        let mirror = matches!(node.content, Content::Mirror { .. });
-        let checked = self.check(&source, mirror);
-        if self.stale(ino.0, checked.moved) {
-            return reply.error(Errno::ESTALE);
-        }
-        // The bytes behind an inode never change: the kernel's page cache is kept across opens.
-        self.open_file(ino.0, &source, mirror, checked, reply);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        let released = self.lock_handles().remove(&fh.0);
-        if released.is_some() {
-            let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Entry::Occupied(mut e) = backing.entry(ino.0) {
-                e.get_mut().0 -= 1;
-                if e.get().0 == 0 {
-                    e.remove();
-                }
-            }
-        }
-        drop(released);
-        reply.ok();
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
-        reply: ReplyData,
-    ) {
-        let Some(node) = self.ns.get(ino.0) else {
-            return reply.error(Errno::ESTALE);
-        };
-        match node.read(offset, size) {
-            Ok(Reading::Bytes(bytes)) => reply.data(bytes),
-            Ok(Reading::Source {
-                source,
-                head,
-                start,
-                len,
-            }) => {
-                let changed = self.changed_errno();
-                // Bytes in the page cache of a local source are sent from this thread; anything
-                // that may wait on storage goes to the pool.
-                let reply = if head.is_empty() {
-                    match serve(reply, changed, |send| source.send_cached(start, len, send)) {
-                        Some(reply) => reply,
-                        None => return,
-                    }
-                } else {
-                    reply
-                };
-                let source = source.clone();
-                self.pool.submit(move |run| {
-                    if run {
-                        serve(reply, changed, |send| {
-                            Some(source.send(&head, start, len, send))
-                        });
-                    } else {
-                        reply.error(Errno::EIO);
-                    }
-                });
-            }
-            // As above: stored bytes in the page cache are widened on this thread.
-            Ok(Reading::Widened {
-                source,
-                head,
-                widening,
-                start,
-                offset,
-                len,
-            }) => {
-                let changed = self.changed_errno();
-                let reply = if head.is_empty() {
-                    let cached = |send: &mut dyn FnMut(&[u8])| {
-                        source.send_widened_cached(widening, start, offset, len, send)
-                    };
-                    match serve(reply, changed, cached) {
-                        Some(reply) => reply,
-                        None => return,
-                    }
-                } else {
-                    reply
-                };
-                let source = source.clone();
-                self.pool.submit(move |run| {
-                    if run {
-                        serve(reply, changed, |send| {
-                            Some(source.send_widened(&head, widening, start, offset, len, send))
-                        });
-                    } else {
-                        reply.error(Errno::EIO);
-                    }
-                });
-            }
-            Err(e) => reply.error(read_errno(e, self.changed_errno())),
-        }
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let before = self.ns.current();
-        let Some(node) = before.node(ino.0) else {
-            // A directory that left the tree lists nothing new: serve what the kernel holds.
-            return match self.ns.get(ino.0) {
-                Some(n) if n.attr.kind == Kind::Dir => {
-                    reply.opened(FileHandle(0), FopenFlags::empty())
-                }
-                _ => reply.error(Errno::ENOTDIR),
-            };
-        };
-        if node.attr.kind != Kind::Dir {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let mut flags = self.open_flags(true);
-        if let Some(live) = &self.live {
-            let dir = before.real_dir_of(ino.0);
-            drop(before);
-            if live.refresh.revalidate(dir) {
-                // Just changed: the kernel's cached listing may predate it.
-                flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
-            }
-        }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(fh, self.ns.current());
-        reply.opened(FileHandle(fh), flags)
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        let dropped = self
-            .dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&fh.0);
-        drop(dropped);
-        reply.ok();
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let snapshot = self.listing(fh);
-        let Some(entries) = dir_entries(&snapshot, ino.0) else {
-            return self.no_listing(ino.0, reply);
-        };
-        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
-            let kind = file_type(snapshot.node(child).map_or(Kind::File, |n| n.attr.kind));
-            if reply.add(INodeNo(child), i as u64 + 1, kind, OsStr::from_bytes(name)) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let snapshot = self.listing(fh);
-        let Some(entries) = dir_entries(&snapshot, ino.0) else {
-            return self.no_listing(ino.0, reply);
-        };
-        for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
-            let Some(node) = snapshot.node(child) else {
-                continue;
-            };
-            let full = reply.add(
-                INodeNo(child),
-                i as u64 + 1,
-                OsStr::from_bytes(name),
-                &TTL,
-                &file_attr(child, &node.attr),
-                Generation(0),
-            );
-            if full {
-                break;
-            }
-            // The kernel counts a lookup for every entry but `.` and `..`.
-            if i >= 2 {
-                self.remember(ino.0, name, child, node);
-            }
-        }
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // A read-only image: the size of the sources, nothing free.
-        let snapshot = self.ns.current();
-        let blocks = snapshot.source_bytes().div_ceil(u64::from(STATFS_BSIZE));
-        let files = snapshot.node_count();
-        reply.statfs(
-            blocks,
-            0,
-            0,
-            files,
-            0,
-            STATFS_BSIZE,
-            crate::names::NAME_MAX as u32,
-            STATFS_BSIZE,
-        );
-    }
-
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some(node) = self.ns.get(ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let name = name.as_bytes();
-        if !name.starts_with(b"user.") {
-            // Namespaces this filesystem does not serve (security., system., trusted.). Never
-            // ENOSYS: the kernel would then switch off every xattr of the mount.
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        let value = match ino.0 {
-            ROOT => self.root_xattr(name),
-            _ => None,
-        }
-        .or_else(|| std::str::from_utf8(name).ok().and_then(|n| node.xattr(n)));
-        match value {
-            Some(v) => reply_xattr(reply, size, &v),
-            None => reply.error(Errno::NO_XATTR),
-        }
-    }
-
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let Some(node) = self.ns.get(ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let mut list = Vec::new();
-        let own = (ino.0 == ROOT).then_some([XATTR_GENERATION, XATTR_MODE]);
-        for name in node
-            .xattr_names()
-            .iter()
-            .map(String::as_str)
-            .chain(own.into_iter().flatten())
-        {
-            list.extend_from_slice(name.as_bytes());
-            list.push(0);
-        }
-        reply_xattr(reply, size, &list);
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: fuser::LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    // Everything that would modify the tree. The mount is read-only (MS_RDONLY), so the VFS refuses
-    // these first; the answers below cover a `mount -o remount,rw`.
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn setattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
-        _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<std::time::SystemTime>,
-        _chgtime: Option<std::time::SystemTime>,
-        _bkuptime: Option<std::time::SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mkdir(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn symlink(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _target: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: fuser::RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn link(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: fuser::ReplyCreate,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: fuser::WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
-        reply: fuser::ReplyWrite,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-}
-
-/// The two listing replies, answered alike where there is nothing to list.
-trait EmptyListing {
-    fn empty(self);
-    fn not_dir(self);
-}
-
-impl EmptyListing for ReplyDirectory {
-    fn empty(self) {
-        self.ok()
-    }
-    fn not_dir(self) {
-        self.error(Errno::ENOTDIR)
-    }
-}
-
-impl EmptyListing for ReplyDirectoryPlus {
-    fn empty(self) {
-        self.ok()
-    }
-    fn not_dir(self) {
-        self.error(Errno::ENOTDIR)
-    }
 }
 
 /// `.`, `..` and the children of a directory, in listing order.

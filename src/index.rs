@@ -1,10 +1,12 @@
 //! Sharded sets: the `NAME.safetensors.index[.VARIANT].json` files that map each tensor to a shard.
-//! Parses and checks the index on its own; checking it against the shards is the namespace's job.
+//! Parses and checks the index on its own, and keeps what checking it against its shards needs in
+//! brief ([`Plan`]); that check is the namespace's job.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::File;
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::unix::fs::FileExt;
 
@@ -21,6 +23,53 @@ pub struct Index {
     pub weight_map: HashMap<String, String>,
     /// The `metadata` object, if any.
     pub metadata: Option<Map<String, Value>>,
+}
+
+/// What an index says, in brief. An index of a large set is megabytes of JSON and more in memory;
+/// what a check against its shards needs is kept per index version instead: for each shard, how
+/// many tensors the index maps to it and a digest of their names ([`digest`]). A shard agrees with
+/// the index when its own count and digest are the same; only when they are not is the index
+/// parsed again, to name the tensor at fault.
+#[derive(Debug)]
+pub struct Plan {
+    /// By shard file name: the number of tensors mapped to it and the digest of their names.
+    pub shards: BTreeMap<String, (usize, u64)>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl Plan {
+    pub fn of(idx: Index) -> Plan {
+        // Tens of thousands of tensors name a few hundred shards: counted by borrowed name, then
+        // each name is cloned once.
+        let mut by_shard: HashMap<&str, (usize, u64)> = HashMap::new();
+        for (tensor, shard) in &idx.weight_map {
+            let (count, digest) = by_shard.entry(shard.as_str()).or_default();
+            *count += 1;
+            *digest = digest.wrapping_add(name_hash(tensor));
+        }
+        let shards: BTreeMap<String, (usize, u64)> = by_shard
+            .into_iter()
+            .map(|(shard, v)| (shard.to_string(), v))
+            .collect();
+        Plan {
+            shards,
+            metadata: idx.metadata,
+        }
+    }
+}
+
+/// The count and digest of a set of tensor names: the wrapping sum of their hashes, so
+/// independent of order.
+pub fn digest<'a>(names: impl Iterator<Item = &'a str>) -> (usize, u64) {
+    names.fold((0, 0), |(n, d), name| {
+        (n + 1, d.wrapping_add(name_hash(name)))
+    })
+}
+
+fn name_hash(name: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// The name of the merged directory an index file asks for, or `None` if `file_name` is not an index:

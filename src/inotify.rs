@@ -1,10 +1,10 @@
 //! A thin inotify(7) wrapper: one descriptor, one watch per directory, events read in batches.
 
-use std::ffi::CString;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::Path;
+
+use crate::sys;
 
 /// What a directory watch reports: entries created, deleted, moved in or out, written, or changed
 /// in attributes, and the directory itself deleted or moved.
@@ -24,7 +24,7 @@ const HEADER: usize = 16;
 
 #[derive(Debug)]
 pub struct Inotify {
-    fd: OwnedFd,
+    fd: File,
 }
 
 /// One event.
@@ -44,53 +44,29 @@ impl Event {
 
 impl Inotify {
     pub fn new() -> io::Result<Inotify> {
-        // SAFETY: inotify_init1 takes flags only.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
         Ok(Inotify {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: sys::inotify_init()?,
         })
     }
 
     /// Watches the directory `dir` (links followed). The same directory watched twice gives the
     /// same watch descriptor.
     pub fn add(&self, dir: &Path) -> io::Result<i32> {
-        let path = CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: `path` is a valid NUL-terminated string and the descriptor is open.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), path.as_ptr(), DIR_EVENTS) };
-        if wd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(wd)
+        sys::inotify_add_watch(&self.fd, dir, DIR_EVENTS)
     }
 
     pub fn remove(&self, wd: i32) {
-        // SAFETY: removing a watch has no memory-safety preconditions; a stale one gives EINVAL.
-        unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
+        sys::inotify_rm_watch(&self.fd, wd);
     }
 
     /// Waits for events and returns those queued.
     pub fn read(&self) -> io::Result<Vec<Event>> {
         let mut buf = vec![0u8; 64 * 1024];
         let n = loop {
-            // SAFETY: `buf` is writable for its whole length.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast::<libc::c_void>(),
-                    buf.len(),
-                )
-            };
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match (&self.fd).read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         };
         Ok(parse(&buf[..n]))

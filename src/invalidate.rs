@@ -30,14 +30,6 @@ use crate::namespace::{Diff, Ino, Namespace, ROOT, Removed};
 /// Above this many changed names in one directory, its entry is invalidated as a whole.
 const MAX_PER_DIR: usize = 4096;
 
-/// Set once unmounting starts: a notification then could wait forever on a dying connection.
-static DISARMED: AtomicBool = AtomicBool::new(false);
-
-/// Stops all notifications (at unmount).
-pub fn disarm() {
-    DISARMED.store(true, Ordering::SeqCst);
-}
-
 #[derive(Debug)]
 pub enum Notice {
     /// A refresh was published.
@@ -46,33 +38,64 @@ pub enum Notice {
     Stale(Removed),
 }
 
-/// The channel to the invalidator, made before it starts.
-pub fn channel() -> (Sender<Notice>, Receiver<Notice>) {
-    mpsc::channel()
+/// The way to the invalidator thread (cheap to clone), made before it starts.
+#[derive(Debug, Clone)]
+pub struct Invalidator {
+    tx: Sender<Notice>,
+    /// Set once unmounting starts: a notification then could wait forever on a dying connection.
+    disarmed: Arc<AtomicBool>,
 }
 
-/// Starts the invalidator thread.
-pub fn start(notifier: Notifier, ns: Arc<Namespace>, rx: Receiver<Notice>) -> io::Result<()> {
-    std::thread::Builder::new()
-        .name("invalidate".into())
-        .spawn(move || {
-            for notice in rx {
-                if DISARMED.load(Ordering::SeqCst) {
-                    continue;
-                }
-                match notice {
-                    Notice::Diff(diff) => {
-                        send_diff(&notifier, &ns, &diff);
-                        ns.set_applied(diff.generation);
+impl Invalidator {
+    /// The invalidator's handle, and the queue its thread will read.
+    pub fn new() -> (Invalidator, Receiver<Notice>) {
+        let (tx, rx) = mpsc::channel();
+        let handle = Invalidator {
+            tx,
+            disarmed: Arc::default(),
+        };
+        (handle, rx)
+    }
+
+    /// Queues a notice; a thread that is gone (or never started) drops it.
+    pub fn send(&self, notice: Notice) {
+        let _ = self.tx.send(notice);
+    }
+
+    /// Stops all notifications (at unmount).
+    pub fn disarm(&self) {
+        self.disarmed.store(true, Ordering::SeqCst);
+    }
+
+    /// Starts the invalidator thread, sending through `notifier` what `rx` receives.
+    pub fn start(
+        &self,
+        notifier: Notifier,
+        ns: Arc<Namespace>,
+        rx: Receiver<Notice>,
+    ) -> io::Result<()> {
+        let disarmed = self.disarmed.clone();
+        std::thread::Builder::new()
+            .name("invalidate".into())
+            .spawn(move || {
+                for notice in rx {
+                    if disarmed.load(Ordering::SeqCst) {
+                        continue;
                     }
-                    Notice::Stale(r) => delete(&notifier, &r),
+                    match notice {
+                        Notice::Diff(diff) => {
+                            send_diff(&notifier, &ns, &diff, &disarmed);
+                            ns.set_applied(diff.generation);
+                        }
+                        Notice::Stale(r) => delete(&notifier, &r, &disarmed),
+                    }
                 }
-            }
-        })?;
-    Ok(())
+            })?;
+        Ok(())
+    }
 }
 
-fn send_diff(notifier: &Notifier, ns: &Namespace, diff: &Diff) {
+fn send_diff(notifier: &Notifier, ns: &Namespace, diff: &Diff, disarmed: &AtomicBool) {
     // The detached inodes the kernel holds are kept (with their names) until it forgets them.
     let mut held: Vec<Removed> = Vec::new();
     for &ino in diff.detached.iter().rev() {
@@ -101,42 +124,45 @@ fn send_diff(notifier: &Notifier, ns: &Namespace, diff: &Diff) {
             && dir != ROOT
         {
             debug!("{n} entries changed in inode {dir}: invalidating it whole");
-            check(notifier.inval_inode(INodeNo(dir), 0, 0));
-            check(notifier.inval_entry(INodeNo(node.parent), OsStr::from_bytes(&node.name)));
+            check(notifier.inval_inode(INodeNo(dir), 0, 0), disarmed);
+            check(
+                notifier.inval_entry(INodeNo(node.parent), OsStr::from_bytes(&node.name)),
+                disarmed,
+            );
         }
     }
     drop(snapshot);
     for r in held.iter().filter(|r| !whole.contains(&r.parent)) {
-        delete(notifier, r);
+        delete(notifier, r, disarmed);
     }
     for &dir in &diff.changed_dirs {
         if dir == ROOT || ns.held(dir) {
-            check(notifier.inval_inode(INodeNo(dir), 0, 0));
+            check(notifier.inval_inode(INodeNo(dir), 0, 0), disarmed);
         }
     }
 }
 
 /// The name `r.name` in `r.parent` no longer leads to `r.ino`.
-fn delete(notifier: &Notifier, r: &Removed) {
+fn delete(notifier: &Notifier, r: &Removed, disarmed: &AtomicBool) {
     let name = OsStr::from_bytes(&r.name);
     match notifier.delete(INodeNo(r.parent), INodeNo(r.ino), name) {
         // A directory still in use (ENOTEMPTY) or a mount point (EBUSY): at least make the name
         // be looked up again.
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EBUSY)) => {
-            check(notifier.inval_entry(INodeNo(r.parent), name))
+            check(notifier.inval_entry(INodeNo(r.parent), name), disarmed)
         }
-        other => check(other),
+        other => check(other, disarmed),
     }
 }
 
 /// Disarms on a connection that is gone; other failures only mean the kernel had nothing cached.
-fn check(result: io::Result<()>) {
+fn check(result: io::Result<()>, disarmed: &AtomicBool) {
     if let Err(e) = result {
         if matches!(
             e.raw_os_error(),
             Some(libc::ENODEV | libc::ENOTCONN | libc::EBADF)
         ) {
-            disarm();
+            disarmed.store(true, Ordering::SeqCst);
         } else {
             debug!("notification refused: {e}");
         }

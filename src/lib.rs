@@ -1,20 +1,22 @@
 //! tensormount: mount safetensors files and model directories as read-only trees of raw tensor files.
 //!
-//! Layers, each in its own module:
-//! - [`format`]: reads and validates safetensors headers (no FUSE);
-//! - [`index`]: parses the index of a sharded set;
-//! - [`names`]: tensor names as file names;
-//! - [`npy`]: NPY headers for the `-o npy` view;
-//! - [`widen`]: exact widening of narrow floats for `-o dtype=f32|f64`;
+//! Layers, from the bottom up, each in its own module (`doc/design.md` draws them):
+//! - [`format`]: checkpoint formats, each a reader that turns a file into a description of its
+//!   tensors (safetensors, validated by the official crate); [`index`]: the index of a sharded
+//!   set; [`names`], [`npy`] and [`widen`]: tensor names as file names, NPY headers, and the exact
+//!   widening of narrow floats;
+//! - [`source`]: source files opened, interpreted, kept open within bounds, leased and read, owned
+//!   by one [`source::Sources`] value;
 //! - [`namespace`]: the tree as immutable snapshots, and the writer that turns changes of SOURCE
 //!   into new snapshots plus a diff;
-//! - [`refresh`] and [`inotify`]: the thread that finds changes and has them applied;
-//! - [`fs`]: the thin fuser adapter over the current snapshot;
-//! - [`pool`]: the threads that serve reads which may wait on storage;
-//! - [`invalidate`]: diffs turned into kernel cache notifications, on a thread of their own;
-//! - [`listing`]: `--list` output;
-//! - [`cli`] and [`daemon`]: options, mounting, daemonising and signals;
-//! - [`logging`] and [`notify`]: where log records go, and systemd's readiness protocol.
+//! - `fs` (the filesystem's operations, without fuser) and `fuse` (the translation to and from
+//!   the kernel's requests), with `pool` (the threads that serve reads which may wait on storage);
+//! - `refresh` and `inotify` (the thread that finds changes and has them applied) and
+//!   `invalidate` (diffs turned into kernel cache notifications, on a thread of their own);
+//! - [`cli`], `run` and `daemon`: options, the command, mounting, daemonising and signals, with
+//!   `listing` (`--list`), `logging` and `notify` (systemd's readiness protocol);
+//! - `sys`: every call into the C library, each behind a safe function; [`clock`]: the time the
+//!   timers read.
 
 // No panic may reach the FUSE loop: errors are values, mapped to errnos at the adapter.
 #![cfg_attr(
@@ -23,18 +25,28 @@
 )]
 
 pub mod cli;
-pub mod daemon;
+pub mod clock;
+mod daemon;
 pub mod format;
-pub mod fs;
+mod fs;
+mod fuse;
 pub mod index;
-pub mod inotify;
-pub mod invalidate;
-pub mod listing;
-pub mod logging;
+mod inotify;
+mod invalidate;
+mod listing;
+mod logging;
+mod mounts;
 pub mod names;
 pub mod namespace;
-pub mod notify;
-pub mod npy;
-pub mod pool;
-pub mod refresh;
+mod notify;
+mod npy;
+mod parallel;
+mod pool;
+mod refresh;
+pub mod run;
+pub mod source;
+mod sys;
+#[cfg(test)]
+mod test_dir;
+mod unmount;
 pub mod widen;

@@ -2,17 +2,18 @@
 //! (`/dev/log`, RFC 3164 `<PRI>tensormount[PID]: message`, facility daemon) for a background daemon
 //! without a log file. The `RUST_LOG` filter comes from env_logger.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 enum Sink {
     Stderr,
-    File(File),
+    File(File, PathBuf),
     /// Connected lazily (and again after a failure): syslogd may start after the daemon.
     Syslog(Option<UnixDatagram>),
 }
@@ -43,7 +44,7 @@ impl Log for Logger {
             Sink::Stderr => {
                 let _ = writeln!(io::stderr().lock(), "tensormount: {text}");
             }
-            Sink::File(f) => {
+            Sink::File(f, _) => {
                 // One write per record, so that concurrent appenders never interleave within a line.
                 let _ = f.write_all(format!("tensormount: {text}\n").as_bytes());
             }
@@ -90,7 +91,7 @@ pub fn init(log_file: Option<&Path>) -> Result<(), String> {
             .append(true)
             .open(path)
             .map_err(|e| format!("{}: cannot open the log file: {e}", path.display()))?;
-        set_sink(Sink::File(file));
+        set_sink(Sink::File(file, path.to_path_buf()));
     }
     let env = env_logger::Env::default().default_filter_or("warn,fuser::session=error");
     let filter = env_logger::Builder::from_env(env).build();
@@ -108,6 +109,32 @@ pub fn detached() {
         && matches!(*sink, Sink::Stderr)
     {
         *sink = Sink::Syslog(None);
+    }
+}
+
+/// Where records go now, as an argument for [`init_from_arg`] in another process (the
+/// auto-unmount watcher): `stderr`, `syslog`, or the log file's path.
+pub fn sink_arg() -> OsString {
+    let Ok(sink) = SINK.lock() else {
+        return "stderr".into();
+    };
+    match &*sink {
+        Sink::Stderr => "stderr".into(),
+        Sink::Syslog(_) => "syslog".into(),
+        Sink::File(_, path) => path.clone().into_os_string(),
+    }
+}
+
+/// Installs the logger with records going where [`sink_arg`] said.
+pub fn init_from_arg(arg: &OsStr) -> Result<(), String> {
+    match arg.to_str() {
+        Some("stderr") => init(None),
+        Some("syslog") => {
+            init(None)?;
+            detached();
+            Ok(())
+        }
+        _ => init(Some(Path::new(arg))),
     }
 }
 

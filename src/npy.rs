@@ -34,13 +34,9 @@ fn descr(dtype: Dtype) -> Option<&'static str> {
     })
 }
 
-/// The NPY header for a tensor, or `None` if numpy cannot describe its dtype or the header would
-/// not fit version 1.0 (a shape of thousands of dimensions).
-pub fn header(tensor: &Tensor) -> Option<Vec<u8>> {
-    header_as(tensor.dtype, tensor)
-}
-
-/// The NPY header for a tensor's shape presented as `dtype` (a widened tensor's).
+/// The NPY header for a tensor's shape presented as `dtype` (its own, or a widened tensor's), or
+/// `None` if numpy cannot describe that dtype or the header would not fit version 1.0 (a shape of
+/// thousands of dimensions).
 pub fn header_as(dtype: Dtype, tensor: &Tensor) -> Option<Vec<u8>> {
     let descr = descr(dtype)?;
     // Python's repr of a shape tuple: `()`, `(3,)`, `(3, 4)`.
@@ -69,6 +65,10 @@ pub fn header_as(dtype: Dtype, tensor: &Tensor) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    pub(super) fn header(tensor: &Tensor) -> Option<Vec<u8>> {
+        header_as(tensor.dtype, tensor)
+    }
 
     pub(super) fn tensor(dtype: Dtype, shape: &[usize]) -> Tensor {
         Tensor {
@@ -121,7 +121,7 @@ mod tests {
 /// then a newline, the total a multiple of 64.
 #[cfg(test)]
 mod numpy_tables {
-    use super::tests::tensor;
+    use super::tests::{header, tensor};
     use super::*;
 
     /// The header numpy writes: magic, version 1.0, the length of the rest (little-endian), the

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 
 use crate::inotify::{Event, Inotify};
-use crate::invalidate::Notice;
+use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{Diff, Ino, Namespace, Writer};
+use crate::source::Sources;
 
 /// After an event, a directory is read once it has been quiet this long...
 const QUIET: Duration = Duration::from_millis(100);
@@ -70,6 +71,8 @@ pub struct Handle {
     /// to have it cleared.
     stuck: Arc<AtomicBool>,
     pinged: Arc<AtomicBool>,
+    /// Whose calls to the source count as progress.
+    sources: Sources,
 }
 
 #[derive(Debug)]
@@ -92,13 +95,14 @@ const WATCHING_POLL: u8 = 2;
 const WATCHING_BOTH: u8 = 3;
 
 /// The channel to the refresh thread.
-fn channel() -> (Handle, Receiver<Msg>) {
+fn channel(sources: Sources) -> (Handle, Receiver<Msg>) {
     let (tx, rx) = mpsc::channel();
     let handle = Handle {
         tx,
         mode: Arc::new(AtomicU8::new(WATCHING_NONE)),
         stuck: Arc::new(AtomicBool::new(false)),
         pinged: Arc::new(AtomicBool::new(false)),
+        sources,
     };
     (handle, rx)
 }
@@ -137,13 +141,13 @@ impl Handle {
             return false;
         }
         let started = Instant::now();
-        let mut seen = crate::namespace::progress();
+        let mut seen = self.sources.progress();
         while started.elapsed() < ASK_LIMIT {
             match rx.recv_timeout(ASK_PATIENCE) {
                 Ok(changed) => return changed,
                 Err(RecvTimeoutError::Disconnected) => return false,
                 Err(RecvTimeoutError::Timeout) => {
-                    let now = crate::namespace::progress();
+                    let now = self.sources.progress();
                     if now == seen {
                         debug!("the source has not answered for {ASK_PATIENCE:?}: not waiting");
                         self.stuck.store(true, Ordering::Relaxed);
@@ -182,20 +186,22 @@ pub struct Follow {
     inotify: Option<io::Result<Inotify>>,
     handle: Handle,
     rx: Receiver<Msg>,
-    invalidate: (Sender<Notice>, Receiver<Notice>),
+    invalidator: Invalidator,
+    notices: Receiver<Notice>,
 }
 
 impl Follow {
     /// Returns also what the request handlers use: the handle of the refresh thread and the
-    /// invalidator's queue.
+    /// invalidator.
     pub fn new(
         writer: Writer,
         ns: Arc<Namespace>,
+        sources: Sources,
         (settings, inotify): (Settings, Option<io::Result<Inotify>>),
-    ) -> (Follow, Handle, Sender<Notice>) {
-        let (handle, rx) = channel();
-        let invalidate = crate::invalidate::channel();
-        let for_fs = (handle.clone(), invalidate.0.clone());
+    ) -> (Follow, Handle, Invalidator) {
+        let (handle, rx) = channel(sources);
+        let (invalidator, notices) = Invalidator::new();
+        let for_fs = (handle.clone(), invalidator.clone());
         let follow = Follow {
             writer,
             ns,
@@ -203,26 +209,32 @@ impl Follow {
             inotify,
             handle,
             rx,
-            invalidate,
+            invalidator,
+            notices,
         };
         (follow, for_fs.0, for_fs.1)
     }
 
     /// Starts the invalidator (sending through `notifier`) and the refresh thread. The mount's
-    /// own device `own_dev` is never entered. Returns the handle for SIGUSR1.
-    pub fn start(self, notifier: fuser::Notifier, own_dev: Option<u64>) -> io::Result<Handle> {
-        let (tx, rx) = self.invalidate;
-        crate::invalidate::start(notifier, self.ns.clone(), rx)?;
+    /// own device `own_dev` is never entered. Returns the handle for SIGUSR1 and the invalidator,
+    /// to disarm at unmount.
+    pub fn start(
+        self,
+        notifier: fuser::Notifier,
+        own_dev: Option<u64>,
+    ) -> io::Result<(Handle, Invalidator)> {
+        self.invalidator
+            .start(notifier, self.ns.clone(), self.notices)?;
         let handle = self.handle.clone();
         start(
             self.writer,
             self.ns,
             (self.handle, self.rx),
             (self.settings, self.inotify),
-            tx,
+            self.invalidator.clone(),
             own_dev,
         )?;
-        Ok(handle)
+        Ok((handle, self.invalidator))
     }
 }
 
@@ -232,7 +244,7 @@ fn start(
     ns: Arc<Namespace>,
     (handle, rx): (Handle, Receiver<Msg>),
     (settings, inotify): (Settings, Option<io::Result<Inotify>>),
-    invalidate: Sender<Notice>,
+    invalidate: Invalidator,
     own_dev: Option<u64>,
 ) -> io::Result<()> {
     if let Some(dev) = own_dev {
@@ -296,7 +308,7 @@ struct Refresher {
     writer: Writer,
     ns: Arc<Namespace>,
     settings: Settings,
-    invalidate: Sender<Notice>,
+    invalidate: Invalidator,
     inotify: Option<Arc<Inotify>>,
     /// Directories by watch (a directory reached through two links has one watch).
     watches: HashMap<i32, Vec<Ino>>,
@@ -455,7 +467,7 @@ impl Refresher {
         self.show_mode();
         log_diff(&diff, why, started.elapsed());
         let changed = !diff.is_empty();
-        let _ = self.invalidate.send(Notice::Diff(diff));
+        self.invalidate.send(Notice::Diff(diff));
         changed
     }
 
@@ -570,5 +582,5 @@ fn log_diff(diff: &Diff, why: &str, took: Duration) {
 /// Whether the directory `path` is on a filesystem whose changes made elsewhere inotify never
 /// reports.
 fn is_remote(path: &Path) -> bool {
-    std::fs::File::open(path).is_ok_and(|dir| crate::namespace::is_remote(&dir))
+    std::fs::File::open(path).is_ok_and(|dir| crate::source::is_remote(&dir))
 }

@@ -946,77 +946,89 @@ fn mount_bg_daemon(mnt: &Path, opts: &[&str]) -> i32 {
     pids[0]
 }
 
+/// The auto-unmount watchers of `mnt`: processes run as `tensormount-unmount` naming it.
+fn watchers_of(mnt: &Path) -> Vec<i32> {
+    pids_with_arg("tensormount-unmount", mnt)
+}
+
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn auto_unmount_clears_mount_after_sigkill() {
+fn auto_unmount_clears_mount_after_every_sigkill() {
     require_fuse();
     let (_tmp, mnt) = mnt_dir("autounmount");
     let _g = MountGuard(mnt.clone());
-    // fusermount3 unmounts only if it finds the connection gone when the daemon's socket closes.
-    // A dying process releases its descriptors highest-numbered first, so every /dev/fuse
-    // descriptor (the worker threads' clones included) must be numbered above the lowest one
-    // that holds the socket; otherwise fusermount3 may look too early (about one death in a
-    // hundred here). Checked directly, then by several deaths right after the mount.
-    //
-    // A FUSE thread blocked reading the device still holds it until that thread has exited, so
-    // fusermount3 can still look too early, on a loaded machine: its open of the mount point then
-    // fails with ECONNABORTED, not the ENOTCONN it unmounts on, and it leaves the mount (seen with
-    // tracefs). That is allowed in a few rounds, in exactly that state: no daemon, no
-    // fusermount3, and a mount point that answers ENOTCONN.
-    let mut left_behind = 0;
+    // Every death, killed at once after mounting or once serving, in the background or the
+    // foreground: the watcher sees the daemon gone only once every descriptor it held is closed,
+    // so the mount is always taken away, and then the watcher is gone too.
     for round in 0..20 {
-        let pid = mount_bg_daemon(&mnt, &["-o", "auto_unmount"]);
-        if round == 0 {
-            let fds_to = |what: &str| -> Vec<i32> {
-                fs::read_dir(format!("/proc/{pid}/fd"))
-                    .unwrap()
-                    .flatten()
-                    .filter(|e| {
-                        fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with(what))
-                    })
-                    .map(|e| e.file_name().to_string_lossy().parse().unwrap())
-                    .collect()
-            };
-            // The default two worker threads: the first uses the mount's descriptor, the
-            // second a clone it opens once serving.
-            poll_until(Duration::from_secs(5), "two /dev/fuse descriptors", || {
-                fds_to("/dev/fuse").len() == 2
+        let mut foreground = None;
+        let pid = if round % 5 == 4 {
+            let child = Command::new(bin())
+                .args([s(&example()), s(&mnt), "-f", "-o", "auto_unmount"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            poll_until(Duration::from_secs(10), "the foreground mount", || {
+                is_mounted(&mnt) && watchers_of(&mnt).len() == 1
             });
-            let fuse = fds_to("/dev/fuse");
-            let sockets = fds_to("socket:");
-            assert!(
-                sockets.iter().any(|s| fuse.iter().all(|f| s < f)),
-                "the daemon's sockets {sockets:?} should include one numbered below every \
-                 /dev/fuse descriptor {fuse:?}"
-            );
+            let pid = child.id() as i32;
+            foreground = Some(child);
+            pid
+        } else {
+            mount_bg_daemon(&mnt, &["-o", "auto_unmount"])
+        };
+        assert_eq!(watchers_of(&mnt).len(), 1, "round {round}: one watcher");
+        if round % 2 == 1 {
+            // Serving: both worker threads blocked reading the device when it dies.
+            assert!(fs::read_dir(&mnt).unwrap().count() > 0);
         }
         kill(pid, libc::SIGKILL);
-        let start = Instant::now();
-        while is_mounted(&mnt) && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(mut child) = foreground {
+            child.wait().unwrap();
         }
+        poll_until(
+            Duration::from_secs(5),
+            &format!("round {round}: the mount to go after the daemon died"),
+            || !is_mounted(&mnt),
+        );
         assert_no_daemon_within(&mnt, Duration::from_secs(3));
-        if is_mounted(&mnt) {
-            assert_eq!(
-                pids_with_arg("fusermount3", &mnt),
-                Vec::<i32>::new(),
-                "round {round}: the mount is still there 5 s after the daemon died, and \
-                 fusermount3 is still running"
-            );
-            let e = fs::read_dir(&mnt).expect_err("the dead daemon's mount point lists");
-            assert_eq!(
-                e.raw_os_error(),
-                Some(libc::ENOTCONN),
-                "round {round}: the mount left behind answers {e}"
-            );
-            left_behind += 1;
-            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
-        }
+        poll_until(Duration::from_secs(3), "the watcher to exit", || {
+            watchers_of(&mnt).is_empty()
+        });
     }
-    assert!(
-        left_behind <= 2,
-        "auto_unmount left the mount behind after {left_behind} of 20 deaths"
-    );
+}
+
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn auto_unmount_watcher_leaves_after_a_plain_unmount_and_never_touches_another_mount() {
+    require_fuse();
+    let (_tmp, mnt) = mnt_dir("autounmount-plain");
+    let _g = MountGuard(mnt.clone());
+    let pid = mount_bg_daemon(&mnt, &["-o", "auto_unmount"]);
+    let watcher = watchers_of(&mnt);
+    assert_eq!(watcher.len(), 1);
+    // A plain unmount ends the daemon, then the watcher, which finds nothing to do.
+    let um = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(um.status.success(), "{}", show(&um));
+    wait_dead(pid);
+    poll_until(Duration::from_secs(3), "the watcher to exit", || {
+        watchers_of(&mnt).is_empty()
+    });
+    // A watcher whose daemon is gone leaves a mount it did not make (another device) alone:
+    // mount again without auto_unmount and kill a second watcher by hand.
+    let pid = mount_bg_daemon(&mnt, &["-o", "auto_unmount"]);
+    let first = watchers_of(&mnt);
+    let um = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(um.status.success(), "{}", show(&um));
+    wait_dead(pid);
+    let other = mount_bg_daemon(&mnt, &[]);
+    poll_until(Duration::from_secs(3), "the first watcher to exit", || {
+        first.iter().all(|w| !watchers_of(&mnt).contains(w))
+    });
+    assert!(is_mounted(&mnt), "the new mount stays");
+    assert_eq!(daemons_of(&mnt), [other]);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `format::read_header` on arbitrary file contents.
+//! `format::describe` (the safetensors reader) on arbitrary file contents.
 //!
 //! The input is the whole file. On success the header must describe the file exactly: data after
 //! the 8-byte prefix and the JSON, tensors in data order, contiguous, each exactly as large as its
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let file = file();
     common::rewrite(file, data);
     let path = Path::new("fuzz.safetensors");
-    let ours = format::read_header(file, path);
+    let ours = format::describe(format::Format::Safetensors, file, path);
     if crate_would_overflow(data) {
         // The crate's `read_metadata` adds 8 + N + data length unchecked (a panic with overflow
         // checks on, as here): no reference for these. The data cannot fill the file.
@@ -123,7 +123,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(next, data_len, "tensors do not fill the data");
 });
 
-fn check_against_reference(h: &format::Header, reference: &safetensors::tensor::Metadata) {
+fn check_against_reference(h: &format::Description, reference: &safetensors::tensor::Metadata) {
     let theirs = reference.tensors();
     assert_eq!(
         h.tensors.len(),

@@ -14,7 +14,9 @@
 //!
 //! The tree is built with those options, without and with `strict`; whatever it accepts must be
 //! walkable: names valid and sorted, lookups, reads (checked byte for byte against the sources on
-//! disk, NPY views against their header and tensor), xattrs and `--list` consistent.
+//! disk, NPY views against their header and tensor; both the read that may not wait, as a FUSE
+//! thread sends it, and the one that waits, as the read pool sends it), xattrs and `--list`
+//! consistent.
 #![no_main]
 
 mod common;
@@ -27,9 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::format;
+use tensormount::clock::Clock;
+use tensormount::format::{self, Format};
 use tensormount::names;
-use tensormount::namespace::{Content, Kind, Layout, Options, ROOT, ReadError, Snapshot, Writer};
+use tensormount::namespace::{
+    Content, Kind, Layout, NotReadable, Options, ROOT, Snapshot, SnapshotReadError, Writer,
+};
+use tensormount::source::Sources;
 use tensormount::widen::{Target, Widening};
 
 const SEP: &[u8] = b"\xff=====\xff";
@@ -177,8 +183,10 @@ fuzz_target!(|data: &[u8]| {
         widen: (selector & 0x60 == 0x60).then_some(Target::F32),
         settle: std::time::Duration::from_secs(3600),
     };
-    let lenient = Writer::build(&source, &options);
+    let sources = Sources::new(Clock::system(), 1024);
+    let lenient = Writer::build(&sources, &source, &options);
     let strict = Writer::build(
+        &sources,
         &source,
         &Options {
             strict: true,
@@ -190,7 +198,7 @@ fuzz_target!(|data: &[u8]| {
     if layout == 0 {
         // A single file builds exactly when its header is valid.
         let file = fs::File::open(&source).unwrap();
-        let header = format::read_header(&file, &source);
+        let header = format::describe(Format::Safetensors, &file, &source);
         assert_eq!(header.is_ok(), lenient.is_ok(), "{header:?} / {lenient:?}");
         assert_eq!(header.is_ok(), strict.is_ok());
     }
@@ -226,7 +234,7 @@ fuzz_target!(|data: &[u8]| {
     let (new, diff) = writer.rescan(&old, &writer.dirs(&old));
     assert_eq!(new.generation(), old.generation() + 1);
     check_tree(&new, &source, &options);
-    let Ok((_, fresh)) = Writer::build(&source, &options) else {
+    let Ok((_, fresh)) = Writer::build(&sources, &source, &options) else {
         panic!("a fresh build of the changed directory failed where the rescan succeeded");
     };
     let (refreshed, fresh) = (shape(&new), shape(&fresh));
@@ -324,8 +332,8 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
     let beyond = u64::MAX / 2;
     assert!(count >= 1);
     assert!(tree.node(0).is_none() && tree.node(beyond).is_none());
-    assert_eq!(read(0, 0, 1), Err(ReadError::NotFound));
-    assert_eq!(read(beyond, 0, 1), Err(ReadError::NotFound));
+    assert_eq!(read(0, 0, 1), Err(SnapshotReadError::NotFound));
+    assert_eq!(read(beyond, 0, 1), Err(SnapshotReadError::NotFound));
     assert!(tree.xattr_names(beyond).is_empty());
 
     let root_node = tree.node(ROOT).unwrap();
@@ -349,7 +357,10 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
             Content::Dir(d) => {
                 let children = &d.children;
                 assert_eq!(node.attr.kind, Kind::Dir);
-                assert_eq!(read(ino, 0, 1), Err(ReadError::IsDir));
+                assert_eq!(
+                    read(ino, 0, 1),
+                    Err(SnapshotReadError::NotReadable(NotReadable::IsDir))
+                );
                 assert_eq!(tree.children(ino), Some(&children[..]));
                 let mut subdirs = 0;
                 let mut previous: Option<&[u8]> = None;
@@ -395,6 +406,17 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                 let whole =
                     read(ino, 0, u32::MAX).unwrap_or_else(|e| panic!("{path:?}: read: {e:?}"));
                 let whole = &whole[..];
+                // The read pool's path (waiting on storage) sends what the FUSE thread's does.
+                let waiting = tree.read_waiting(ino, 0, u32::MAX);
+                assert_eq!(waiting.as_deref(), Ok(whole), "{path:?}: waiting read");
+                if size > 2 {
+                    let middle = tree.read_waiting(ino, 1, (size - 2).min(1 << 20) as u32);
+                    assert_eq!(
+                        middle.as_deref(),
+                        Ok(&whole[1..(size - 1).min(1 + (1 << 20)) as usize]),
+                        "{path:?}: waiting read of the middle"
+                    );
+                }
                 assert_eq!(whole.len() as u64, size, "{path:?}: read length");
                 assert_eq!(read(ino, size, 4096), Ok(Vec::new()));
                 assert_eq!(read(ino, u64::MAX, u32::MAX), Ok(Vec::new()));

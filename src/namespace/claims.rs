@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// A file that wants a generated directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Claim<'a> {
+pub struct Claim<'a> {
     /// The file's name.
     pub file: &'a [u8],
     /// The directory it wants.
@@ -17,7 +17,7 @@ pub(super) struct Claim<'a> {
 
 /// Who has a name a claim wanted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict<'a> {
+pub enum Verdict<'a> {
     Wins,
     /// A real entry of the directory.
     Real,
@@ -28,7 +28,7 @@ pub(super) enum Verdict<'a> {
 /// Decides every claim of one directory, whose real entries are `real` (sorted). Unsharded files
 /// go first, then indexes, each in the order given (the callers give name order), so that the
 /// result never depends on the order of `readdir`.
-pub(super) fn decide<'a>(real: &[&[u8]], claims: &[Claim<'a>]) -> Vec<Verdict<'a>> {
+pub fn decide<'a>(real: &[&[u8]], claims: &[Claim<'a>]) -> Vec<Verdict<'a>> {
     let mut taken: HashMap<&[u8], Option<&'a [u8]>> = real.iter().map(|&n| (n, None)).collect();
     let mut verdicts = vec![Verdict::Wins; claims.len()];
     let order = claims

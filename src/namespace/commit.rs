@@ -7,12 +7,14 @@
 
 use std::sync::Arc;
 
+use super::diff::{Diff, Removed};
 use super::draft::{Body, DirDraft, Draft};
+use super::node::{Attr, Content, Dir, Ino, Kind, Node, Origin, Xattrs};
+use super::record::Record;
+use super::snapshot::Snapshot;
 use super::table::Table;
-use super::writer::{Diff, Record, Removed};
-use super::{Attr, Content, Dir, Ino, Kind, Node, Origin, Snapshot, Xattrs};
 
-pub(super) struct Commit<'a> {
+pub struct Commit<'a> {
     old: &'a Snapshot,
     pub table: Table,
     pub next_ino: Ino,
@@ -22,7 +24,7 @@ pub(super) struct Commit<'a> {
 }
 
 /// What a directory node is besides its children.
-pub(super) struct DirNode {
+pub struct DirNode {
     pub name: Arc<[u8]>,
     pub parent: Ino,
     pub attr: Attr,
@@ -34,7 +36,7 @@ impl<'a> Commit<'a> {
     pub fn new(old: &'a Snapshot, next_ino: Ino) -> Commit<'a> {
         Commit {
             old,
-            table: old.nodes.clone(),
+            table: old.table().clone(),
             next_ino,
             diff: Diff::default(),
             records: Vec::new(),
@@ -245,9 +247,12 @@ fn same_file(a: &Node, b: &Node) -> bool {
         }
 }
 
+/// Whether two mirrored files carry the same error, as the `user.safetensors.error` says it.
 fn same_error(a: &Node, b: &Node) -> bool {
     match (&a.content, &b.content) {
-        (Content::Mirror { error: x, .. }, Content::Mirror { error: y, .. }) => x == y,
+        (Content::Mirror { error: x, .. }, Content::Mirror { error: y, .. }) => {
+            x.as_ref().map(ToString::to_string) == y.as_ref().map(ToString::to_string)
+        }
         _ => true,
     }
 }

@@ -1,24 +1,24 @@
-//! What a directory should hold, before inode numbers are given: built from the source by
-//! [`writer`](super::writer) and [`layout`](super::layout), merged into a snapshot by
-//! [`commit`](super::commit).
+//! What a directory should hold, before inode numbers are given ([`Draft`]), and the attributes of
+//! what is drafted: built from the source by the writer and [`layout`](super::layout), merged into
+//! a snapshot by [`commit`](super::commit).
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::writer::Record;
-use super::{Attr, Content, Ino, Kind, Origin, Xattrs};
+use super::node::{Attr, Content, Ino, Kind, Origin, Xattrs};
+use super::record::Record;
 
 /// An entry of a directory, by name.
 #[derive(Debug)]
-pub(super) struct Draft {
+pub struct Draft {
     pub name: Arc<[u8]>,
     pub body: Body,
 }
 
 #[derive(Debug)]
-pub(super) enum Body {
+pub enum Body {
     /// An unchanged subtree, kept with its inode number.
     Keep(Ino),
     /// A file (any content but a directory).
@@ -28,7 +28,7 @@ pub(super) enum Body {
 }
 
 #[derive(Debug)]
-pub(super) struct DirDraft {
+pub struct DirDraft {
     pub attr: Attr,
     pub xattrs: Arc<Xattrs>,
     pub origin: Origin,
@@ -75,7 +75,7 @@ impl Draft {
 
 /// Attributes derived from the file or directory a node stands for: its owner, group and mtime,
 /// and the given permission bits.
-pub(super) fn attr(meta: &Metadata, kind: Kind, size: u64, perm: u32) -> Attr {
+pub fn attr(meta: &Metadata, kind: Kind, size: u64, perm: u32) -> Attr {
     Attr {
         kind,
         size,
@@ -88,18 +88,18 @@ pub(super) fn attr(meta: &Metadata, kind: Kind, size: u64, perm: u32) -> Attr {
 }
 
 /// A mirrored directory: the source's permission bits without write or special bits.
-pub(super) fn dir_attr(meta: &Metadata) -> Attr {
+pub fn dir_attr(meta: &Metadata) -> Attr {
     attr(meta, Kind::Dir, 0, meta.mode() & 0o555)
 }
 
 /// A mirrored or tensor file: the source's permission bits without write or special bits.
-pub(super) fn file_attr(meta: &Metadata, size: u64) -> Attr {
+pub fn file_attr(meta: &Metadata, size: u64) -> Attr {
     attr(meta, Kind::File, size, meta.mode() & 0o555)
 }
 
 /// A symbolic link kept as a link: its own owner and mtime (`meta`, from `lstat`), its target's
 /// length as its size, and `rwxrwxrwx` as every link has.
-pub(super) fn link_attr(meta: &Metadata, target_len: usize) -> Attr {
+pub fn link_attr(meta: &Metadata, target_len: usize) -> Attr {
     attr(meta, Kind::Symlink, target_len as u64, 0o777)
 }
 
@@ -107,7 +107,7 @@ pub(super) fn link_attr(meta: &Metadata, target_len: usize) -> Attr {
 /// (the shards the index names): owned like `owner`, and r-x for a class of users only if every
 /// user of that class may read every one of the files, so that listing tensor names and sizes
 /// never needs less than reading the files does. See [`readable_by`].
-pub(super) fn tensor_dir_attr(owner: &Metadata, also: &[&Metadata]) -> Attr {
+pub fn tensor_dir_attr(owner: &Metadata, also: &[&Metadata]) -> Attr {
     let files = std::iter::once(owner).chain(also.iter().copied());
     let read = readable_by(
         owner.uid(),

@@ -8,27 +8,37 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use log::{debug, warn};
+use log::warn;
 use serde_json::Value;
 
 use super::draft::{self, Draft};
-use super::{
-    Attr, BuildError, Content, Kind, Layout, METADATA_FILE, NPY_SUFFIX, Options, Source,
-    TENSOR_FILE, XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_PREFIX, XATTR_SIZE_MAX, Xattrs, presented,
-};
+use super::error::BuildError;
+use super::node::{Attr, Content, Kind, no_xattrs, presented};
+use super::options::{Layout, Options};
 use crate::format::Tensor;
 use crate::names::Shortener;
 use crate::npy;
+use crate::source::Source;
 use crate::widen::Widening;
 
+/// The name of the file holding a header's `__metadata__` (a key the format reserves).
+pub const METADATA_FILE: &str = "__metadata__";
+
+/// With `layout=tree`: the name of a tensor inside the directory of the same name (a tensor whose
+/// name is also a prefix of others, like bitsandbytes' `weight` beside `weight.absmax`).
+pub const TENSOR_FILE: &str = "__tensor__";
+
+/// The suffix of the NPY view of a tensor (`-o npy`).
+pub const NPY_SUFFIX: &str = ".npy";
+
 /// A tensor with the source it is served from.
-pub(super) type Entry = (Arc<Tensor>, Arc<Source>);
+pub type Entry = (Arc<Tensor>, Arc<Source>);
 
 /// The entries of a tensor directory whose attributes are `dir` (also those of its
 /// subdirectories); `__metadata__` comes from `owner` (the file or index it stands for) and is
 /// readable as that file is. `budget`: how many directories `layout=tree` may make. `origin`: the
 /// file or index, for the error.
-pub(super) fn tensor_dir(
+pub fn tensor_dir(
     options: &Options,
     origin: &Path,
     owner: &Metadata,
@@ -66,32 +76,10 @@ pub(super) fn tensor_dir(
 }
 
 /// The `__metadata__` file: the object as JSON, keys sorted, ending in a newline.
-pub(super) fn metadata_json(map: &Value) -> Arc<[u8]> {
+pub fn metadata_json(map: &Value) -> Arc<[u8]> {
     let mut json = serde_json::to_vec_pretty(map).unwrap_or_default();
     json.push(b'\n');
     json.into()
-}
-
-/// `user.safetensors.metadata.KEY` for each entry the kernel can carry (name, value and list limits).
-pub(super) fn metadata_xattrs<'a>(
-    entries: impl Iterator<Item = (&'a String, String)>,
-) -> Arc<Xattrs> {
-    let mut out = BTreeMap::new();
-    let mut list_len = 0;
-    for (key, value) in entries {
-        let name = format!("{XATTR_PREFIX}metadata.{key}");
-        if name.len() > XATTR_NAME_MAX
-            || name.contains('\0')
-            || value.len() > XATTR_SIZE_MAX
-            || list_len + name.len() + 1 > XATTR_LIST_MAX
-        {
-            debug!("metadata key `{key}` does not fit in an extended attribute; left out");
-            continue;
-        }
-        list_len += name.len() + 1;
-        out.insert(name, value);
-    }
-    Arc::new(out)
 }
 
 /// The entries of a directory of the tree layout, from its branch. Tensors that found no place in
@@ -127,7 +115,7 @@ fn add_branch<'a>(
                 children.push(Draft::generated_dir(
                     name.as_bytes().into(),
                     *dir,
-                    super::no_xattrs(),
+                    no_xattrs(),
                     grandchildren,
                 ));
             }

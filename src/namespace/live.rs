@@ -13,7 +13,8 @@ use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use super::{Ino, Node, Snapshot};
+use super::node::{Ino, Node};
+use super::snapshot::Snapshot;
 
 #[derive(Debug)]
 pub struct Namespace {
@@ -37,7 +38,7 @@ impl Namespace {
     /// `live`: the tree will change, so lookups must be counted.
     pub fn new(snapshot: Snapshot, live: bool) -> Namespace {
         Namespace {
-            applied: AtomicU64::new(snapshot.generation),
+            applied: AtomicU64::new(snapshot.generation()),
             current: RwLock::new(Arc::new(snapshot)),
             refs: Mutex::new(Refs::default()),
             counting: live,
@@ -133,11 +134,6 @@ impl Namespace {
         }
         drop(refs);
         drop(old);
-    }
-
-    /// How many detached inodes are still held by the kernel.
-    pub fn detached_count(&self) -> usize {
-        self.refs().detached.len()
     }
 
     /// The generation of the last refresh whose kernel notifications have all been sent.

@@ -17,12 +17,12 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::parallel;
-use super::source::{FileId, Version, is_remote};
+use crate::parallel;
+use crate::source::{FileId, Sources, Version, is_remote};
 
 /// A directory as one scan saw it.
 #[derive(Debug, Clone)]
-pub(super) struct Scan {
+pub struct Scan {
     /// The directory itself (links followed), stat'ed before it was read.
     pub meta: Metadata,
     /// Sorted by name.
@@ -32,7 +32,7 @@ pub(super) struct Scan {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Entry {
+pub struct Entry {
     pub name: Arc<[u8]>,
     pub path: PathBuf,
     pub what: What,
@@ -40,7 +40,7 @@ pub(super) struct Entry {
 
 /// What an entry is, links followed, except links kept as links (see [`kept_link`]).
 #[derive(Debug, Clone)]
-pub(super) enum What {
+pub enum What {
     Dir(Metadata),
     File(Metadata),
     /// A symbolic link shown as itself: `meta` is its own (`lstat`), `target` its text, and `to`
@@ -93,8 +93,14 @@ impl What {
 
 impl Scan {
     /// Reads the directory at `path`, inside SOURCE whose real path is `root`. Entries on the
-    /// device `skip_dev` (the mount itself, should SOURCE contain it) are skipped.
-    pub fn read(path: &Path, root: &Path, skip_dev: Option<u64>) -> std::io::Result<Scan> {
+    /// device `skip_dev` (the mount itself, should SOURCE contain it) are skipped. Each `stat`
+    /// counts as a call to the source of `sources`.
+    pub fn read(
+        path: &Path,
+        root: &Path,
+        skip_dev: Option<u64>,
+        sources: &Sources,
+    ) -> std::io::Result<Scan> {
         let meta = fs::metadata(path)?;
         if !meta.is_dir() {
             return Err(std::io::Error::other("not a directory"));
@@ -121,7 +127,7 @@ impl Scan {
                 },
                 _ => followed,
             };
-            parallel::step();
+            sources.step();
             w
         });
         let mut entries: Vec<Entry> = listed
@@ -221,7 +227,7 @@ fn lexical_target(dir: &Path, target: &Path) -> Option<PathBuf> {
 /// Whether `name` is what a downloader calls a file it has not finished: `*.incomplete`
 /// (huggingface_hub, hf-hub), `*.part`, `*.tmp` and `tempfile`'s `.tmpXXXXXX` (safetensors'
 /// `save_file` since 0.8). Such files are mirrored, never interpreted.
-pub(super) fn is_partial(name: &[u8]) -> bool {
+pub fn is_partial(name: &[u8]) -> bool {
     let temp = name.len() == 10
         && name.starts_with(b".tmp")
         && name[4..].iter().all(u8::is_ascii_alphanumeric);
@@ -231,13 +237,13 @@ pub(super) fn is_partial(name: &[u8]) -> bool {
 }
 
 /// Whether files of the directory at `path` are never interpreted: Hugging Face's lock directory.
-pub(super) fn is_partial_dir(path: &Path) -> bool {
+pub fn is_partial_dir(path: &Path) -> bool {
     path.components().any(|c| c.as_os_str() == ".locks")
 }
 
 /// The files of one directory seen changing in place, and when they last did.
 #[derive(Debug, Default, Clone)]
-pub(super) struct Flux {
+pub struct Flux {
     changed: HashMap<Arc<[u8]>, Instant>,
 }
 

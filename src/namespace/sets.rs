@@ -2,74 +2,30 @@
 //! directory. A merged directory is shown only while the index and every shard it names are
 //! present, settled and valid, and agree with each other.
 //!
-//! An index of a large set is megabytes of JSON and more in memory. What a check needs of it is
-//! kept per index version as a [`Plan`]: for each shard, how many tensors the index maps to it and
-//! a digest of their names. A shard agrees with the index when its own count and digest (kept per
-//! shard version) are the same; only when they are not is the index parsed again, to name the
-//! tensor at fault.
+//! The check works on the index's [`Plan`] (counts and digests of names per shard): a shard agrees
+//! with the index when its own count and digest (kept per shard version) are the same; only when
+//! they are not is the index parsed again, to name the tensor at fault.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use crate::format::{Description, Format, Tensor};
+use crate::index::{Index, Plan};
+use crate::source::{PlanError, Source};
 
-use super::layout::Entry;
-use super::source::{Parsed, Source};
-use crate::index::{Index, IndexError};
-
-/// What an index says, in brief.
-#[derive(Debug)]
-pub(super) struct Plan {
-    /// By shard file name: the number of tensors mapped to it and the digest of their names.
-    pub shards: BTreeMap<String, (usize, u64)>,
-    pub metadata: Option<Map<String, Value>>,
-}
-
-impl Plan {
-    pub fn of(idx: Index) -> Plan {
-        // Tens of thousands of tensors name a few hundred shards: counted by borrowed name, then
-        // each name is cloned once.
-        let mut by_shard: HashMap<&str, (usize, u64)> = HashMap::new();
-        for (tensor, shard) in &idx.weight_map {
-            let (count, digest) = by_shard.entry(shard.as_str()).or_default();
-            *count += 1;
-            *digest = digest.wrapping_add(name_hash(tensor));
-        }
-        let shards: BTreeMap<String, (usize, u64)> = by_shard
-            .into_iter()
-            .map(|(shard, v)| (shard.to_string(), v))
-            .collect();
-        Plan {
-            shards,
-            metadata: idx.metadata,
-        }
-    }
-}
-
-/// The digest of a set of names: the wrapping sum of their hashes, so independent of order.
-pub(super) fn digest<'a>(names: impl Iterator<Item = &'a str>) -> (usize, u64) {
-    names.fold((0, 0), |(n, d), name| {
-        (n + 1, d.wrapping_add(name_hash(name)))
-    })
-}
-
-fn name_hash(name: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    name.hash(&mut h);
-    h.finish()
-}
+/// A tensor with the source it is served from.
+type Entry = (Arc<Tensor>, Arc<Source>);
 
 /// A file of the index's directory, as the check needs it.
-pub(super) struct Shard<'a> {
+pub struct Shard<'a> {
     pub source: &'a Arc<Source>,
     /// Not being written (see [`super::scan::Flux`]).
     pub settled: bool,
 }
 
 /// What a valid set merges: its tensors with their sources, and the shards (sorted by name).
-pub(super) struct Merged {
+pub struct Merged {
     pub entries: Vec<Entry>,
     pub shards: Vec<Arc<Source>>,
 }
@@ -78,7 +34,7 @@ pub(super) struct Merged {
 #[derive(Debug)]
 pub enum SetError {
     /// The index itself is broken.
-    Index(Arc<IndexError>),
+    Index(Arc<PlanError>),
     /// A shard the index names is not a file of its directory.
     ShardMissing(String),
     /// A shard the index names is not named `*.safetensors`.
@@ -162,10 +118,10 @@ impl std::error::Error for SetError {}
 /// Checks an index, in brief, against its shards (`file` looks a file of the directory up by
 /// name): every shard named is a settled, valid `.safetensors` file of the directory holding
 /// exactly the tensors the index maps to it. `full` parses the index, to say what is wrong.
-pub(super) fn check<'a>(
+pub fn check<'a>(
     plan: &Plan,
     file: impl Fn(&str) -> Option<Shard<'a>>,
-    full: impl FnOnce() -> Result<Index, IndexError>,
+    full: impl FnOnce() -> Result<Index, PlanError>,
 ) -> Result<Merged, SetError> {
     let mut entries = Vec::new();
     let mut shards = Vec::with_capacity(plan.shards.len());
@@ -190,7 +146,7 @@ pub(super) fn check<'a>(
 fn usable<'a>(
     shard: &str,
     f: Option<Shard<'a>>,
-) -> Result<(&'a Arc<Source>, &'a Arc<Parsed>), SetError> {
+) -> Result<(&'a Arc<Source>, &'a Arc<Description>), SetError> {
     let Some(f) = f else {
         return Err(SetError::ShardMissing(shard.to_string()));
     };
@@ -200,7 +156,7 @@ fn usable<'a>(
     if !f.settled {
         return Err(SetError::ShardSettling(shard.to_string()));
     }
-    match f.source.header() {
+    match f.source.describe(Format::Safetensors) {
         Ok(parsed) => Ok((f.source, parsed)),
         Err(_) => Err(SetError::ShardInvalid(shard.to_string())),
     }
@@ -222,7 +178,7 @@ fn check_full<'a>(
     // Every tensor of a shard is listed for that shard...
     let mut entries = Vec::with_capacity(idx.weight_map.len());
     for (shard, src) in &shards {
-        let Ok(parsed) = src.header() else {
+        let Ok(parsed) = src.describe(Format::Safetensors) else {
             continue;
         };
         for t in &parsed.tensors {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::{Ino, Node};
+use super::node::{Ino, Node};
 
 const CHUNK: usize = 1024;
 

@@ -1,34 +1,19 @@
-//! Calls to the source made several at a time, and counted.
+//! Calls to the source made several at a time.
 //!
 //! On storage far away (a network or FUSE filesystem), each `stat`, `open` and header read costs
 //! a round trip, so a directory's entries are looked at with up to [`IN_FLIGHT`] calls in flight;
 //! on a local filesystem, only large batches are spread over the CPUs (header parsing is the
 //! work there). The threads are scoped: they are all gone when a call returns, so the daemon still
 //! forks with a single thread.
-//!
-//! [`progress`] counts the calls that returned, so that a request waiting on the refresh thread
-//! can tell a slow source from one that stopped answering.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// At most this many calls to a remote source in flight at once.
 const IN_FLIGHT: usize = 16;
 
 /// Below this many items, a local batch is done on the calling thread.
 const LOCAL_BATCH: usize = 16;
-
-static PROGRESS: AtomicU64 = AtomicU64::new(0);
-
-/// How many calls to the source have returned so far.
-pub fn progress() -> u64 {
-    PROGRESS.load(Ordering::Relaxed)
-}
-
-/// Counts one call to the source that returned.
-pub fn step() {
-    PROGRESS.fetch_add(1, Ordering::Relaxed);
-}
 
 /// `f` applied to every item, in order: with up to [`IN_FLIGHT`] threads for a `remote` source,
 /// with one per CPU for a large local batch, else on this thread.

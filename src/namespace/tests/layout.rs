@@ -1,111 +1,14 @@
-//! The namespace rules without a kernel, table-driven: file names in a tensor directory, real and
-//! generated entries that want the same name, an unsharded file beside an index, the tree layout,
-//! NPY views, `__metadata__`, and the refresh diff for the clashes. Each table row is a source, the
-//! expected result written out from the README's rules (not from this code's output), and why.
-//! Snapshots are built from real temporary directories with [`Writer::build`], as at mount.
+//! The naming and layout rules, table-driven: file names in a tensor directory, real and generated
+//! entries that want the same name, an unsharded file beside an index, the tree layout, NPY views,
+//! `__metadata__`, and the refresh diff for the clashes. Each table row is a source, the expected
+//! result written out from the documented rules (not from this code's output), and why.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
-use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::tests::{Dir, Mount, SETTLE, at, bytes, index, names, publish, removed_names, st};
 use super::*;
-
-/// A safetensors file: `(name, dtype, shape, bytes)` in that order, with `metadata` if given.
-fn safetensors(tensors: &[(&str, &str, &[usize], Vec<u8>)], metadata: Option<Value>) -> Vec<u8> {
-    let mut header = serde_json::Map::new();
-    if let Some(m) = metadata {
-        header.insert("__metadata__".into(), m);
-    }
-    let mut data = Vec::new();
-    for (name, dtype, shape, bytes) in tensors {
-        let begin = data.len();
-        data.extend_from_slice(bytes);
-        header.insert(
-            name.to_string(),
-            json!({"dtype": dtype, "shape": shape, "data_offsets": [begin, data.len()]}),
-        );
-    }
-    let json = serde_json::to_string(&header).unwrap();
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(json.as_bytes());
-    out.extend_from_slice(&data);
-    out
-}
-
-/// A U8 tensor of `n` bytes, each `byte`.
-fn u8t(name: &str, n: usize, byte: u8) -> (&str, &'static str, Vec<usize>, Vec<u8>) {
-    (name, "U8", vec![n], vec![byte; n])
-}
-
-fn write_u8(path: &Path, tensors: &[(&str, usize, u8)]) {
-    fs::write(path, st(tensors)).unwrap();
-}
-
-fn build(source: &Path, layout: Layout, npy: bool) -> Snapshot {
-    let options = Options {
-        layout,
-        npy,
-        ..Options::default()
-    };
-    Writer::build(source, &options).unwrap().1
-}
-
-fn node<'a>(s: &'a Snapshot, path: &str) -> &'a Node {
-    s.node(at(s, path).unwrap_or_else(|| panic!("no {path}")))
-        .unwrap()
-}
-
-/// The tensor a file shows, and whether it is an NPY view.
-fn tensor_of<'a>(s: &'a Snapshot, path: &str) -> Option<(&'a str, bool)> {
-    match &node(s, path).content {
-        Content::Tensor { tensor, .. } => Some((&tensor.name, false)),
-        Content::Npy { tensor, .. } => Some((&tensor.name, true)),
-        _ => None,
-    }
-}
-
-/// Every file below `path`, by its path relative to it (`/`-separated), with the tensor it shows
-/// (`None` for other files, e.g. `__metadata__`) and whether it is an NPY view.
-fn files(s: &Snapshot, path: &str) -> BTreeMap<Vec<u8>, Option<(String, bool)>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![(at(s, path).unwrap(), Vec::new())];
-    while let Some((ino, rel)) = stack.pop() {
-        let n = s.node(ino).unwrap();
-        match &n.content {
-            Content::Dir(d) => {
-                for &c in d.children.iter() {
-                    let mut p = rel.clone();
-                    if !p.is_empty() {
-                        p.push(b'/');
-                    }
-                    p.extend_from_slice(&s.node(c).unwrap().name);
-                    stack.push((c, p));
-                }
-            }
-            Content::Tensor { tensor, .. } => {
-                out.insert(rel, Some((tensor.name.to_string(), false)));
-            }
-            Content::Npy { tensor, .. } => {
-                out.insert(rel, Some((tensor.name.to_string(), true)));
-            }
-            _ => {
-                out.insert(rel, None);
-            }
-        }
-    }
-    out
-}
-
-fn raw_names(s: &Snapshot, path: &str) -> Vec<Vec<u8>> {
-    s.children(at(s, path).unwrap())
-        .unwrap()
-        .iter()
-        .map(|&c| s.node(c).unwrap().name.to_vec())
-        .collect()
-}
 
 // ------------------------------------------------------------------------------- flat names
 
@@ -136,7 +39,7 @@ fn tensor_files_are_named_by_the_readme_encoding_and_listed_in_byte_order() {
             "only `__metadata__` itself is reserved",
         ),
     ];
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let src = d.join("m.safetensors");
     let tensors: Vec<_> = table
         .iter()
@@ -167,7 +70,7 @@ fn tensor_files_are_named_by_the_readme_encoding_and_listed_in_byte_order() {
 
 #[test]
 fn thousands_of_long_names_each_get_one_short_unique_file() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let src = d.join("long.safetensors");
     let prefix = "p".repeat(300);
     let mut all: Vec<String> = (0..2000).map(|i| format!("{prefix}{i:05}")).collect();
@@ -368,7 +271,7 @@ fn real_entries_win_and_an_unsharded_file_wins_over_an_index() {
         ),
     ];
     for &(real, files_st, indexes, root, dirs, why) in rows {
-        let d = Dir::new();
+        let d = Dir::new("namespace");
         for &(path, contents) in real {
             match contents {
                 None => fs::create_dir_all(d.join(path)).unwrap(),
@@ -381,7 +284,7 @@ fn real_entries_win_and_an_unsharded_file_wins_over_an_index() {
         for &(name, map) in indexes {
             fs::write(d.join(name), index(map)).unwrap();
         }
-        let s = build(&d.0, Layout::Flat, false);
+        let s = build(d.path(), Layout::Flat, false);
         assert_eq!(names(&s, ""), root, "{why}: the root");
         for &(dir, want) in dirs {
             assert_eq!(names(&s, dir), want, "{why}: {dir}");
@@ -419,7 +322,7 @@ fn real_entries_win_and_an_unsharded_file_wins_over_an_index() {
 
 #[test]
 fn metadata_is_sorted_json_with_a_final_newline_and_index_metadata_in_a_merged_dir() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let meta = json!({"zeta": "last", "alpha": "first", "mid": "q\"\\\n", "Upper": "U"});
     fs::write(
         d.join("m.safetensors"),
@@ -437,7 +340,7 @@ fn metadata_is_sorted_json_with_a_final_newline_and_index_metadata_in_a_merged_d
         .unwrap(),
     )
     .unwrap();
-    let s = build(&d.0, Layout::Flat, false);
+    let s = build(d.path(), Layout::Flat, false);
 
     // (file, the JSON it holds, its keys in the order of the text)
     let table: &[(&str, &Value, &[&str])] = &[
@@ -590,7 +493,7 @@ fn tree_layout_places_each_name_where_the_readme_says() {
             "a part over 255 bytes is shortened (the hash is of the part)",
         ),
     ]);
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let src = d.join("m.safetensors");
     let t: Vec<(&str, usize, u8)> = table
         .iter()
@@ -664,7 +567,7 @@ fn tree_layout_places_every_hostile_name_exactly_once() {
         "__metadata__.x".into(),
     ]
     .into();
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let src = d.join("m.safetensors");
     let t: Vec<(&str, usize, u8)> = names
         .iter()
@@ -710,7 +613,7 @@ fn tree_layout_places_every_hostile_name_exactly_once() {
 #[test]
 fn npy_views_sit_beside_tensor_files_that_numpy_can_describe() {
     let long = "v".repeat(252);
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let src = d.join("m.safetensors");
     fs::write(
         &src,
@@ -867,7 +770,7 @@ fn forgotten(diff: &Diff, old: &Snapshot, path: &str) -> bool {
 
 #[test]
 fn removing_the_unsharded_file_hands_its_directory_to_the_index_and_back() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     write_u8(&d.join("shard.safetensors"), &[("c", 1, 3)]);
     fs::write(
         d.join("model.safetensors.index.json"),
@@ -875,7 +778,7 @@ fn removing_the_unsharded_file_hands_its_directory_to_the_index_and_back() {
     )
     .unwrap();
     publish(&d.join("model.safetensors"), &st(&[("a", 2, 1)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     assert_eq!(names(&m.snap, "model.tensors"), ["a"]);
     let old = m.snap.clone();
     let a = at(&old, "model.tensors/a").unwrap();
@@ -916,10 +819,10 @@ fn removing_the_unsharded_file_hands_its_directory_to_the_index_and_back() {
 
 #[test]
 fn removing_a_real_entry_gives_the_name_to_the_generated_directory() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
     fs::write(d.join("a.tensors"), b"real").unwrap();
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let real = at(&m.snap, "a.tensors").unwrap();
     assert_eq!(bytes(&m.snap, "a.tensors"), b"real");
     let old = m.snap.clone();
@@ -935,10 +838,10 @@ fn removing_a_real_entry_gives_the_name_to_the_generated_directory() {
 
 #[test]
 fn a_file_turned_invalid_keeps_its_mirror_and_loses_its_directory() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
     publish(&d.join("b.safetensors"), &st(&[("v", 1, 2)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let b = (at(&m.snap, "b.safetensors"), at(&m.snap, "b.tensors/v"));
 
     publish(&d.join("a.safetensors"), b"not a safetensors file");
@@ -960,12 +863,12 @@ fn a_file_turned_invalid_keeps_its_mirror_and_loses_its_directory() {
 
 #[test]
 fn a_removed_subdirectory_is_reported_gone_with_everything_below_it() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     fs::create_dir_all(d.join("sub/deeper")).unwrap();
     publish(&d.join("sub/m.safetensors"), &st(&[("w", 1, 1)]));
     fs::write(d.join("sub/deeper/x.txt"), b"x").unwrap();
     fs::write(d.join("keep.txt"), b"k").unwrap();
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let sub = at(&m.snap, "sub").unwrap();
     let deeper = at(&m.snap, "sub/deeper").unwrap();
     let below: Vec<Ino> = [

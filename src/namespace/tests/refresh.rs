@@ -1,182 +1,24 @@
-//! The refresh rules without a kernel: a real directory is built, changed the way writers change
-//! model directories, and rescanned; the snapshots and diffs are checked against what the rules
-//! say, written out here by hand.
+//! The refresh rules: a real directory is built, changed the way writers change model
+//! directories, and rescanned; the snapshots and diffs are checked against what the rules say,
+//! written out here by hand.
 
-use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::source::Source;
 
 use super::*;
 
-pub(super) struct Dir(pub(super) PathBuf);
-
-impl Dir {
-    pub(super) fn new() -> Dir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "tm-refresh-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    pub(super) fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A safetensors file of U8 tensors, each filled with its byte.
-pub(super) fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for &(name, len, byte) in tensors {
-        let begin = data.len();
-        data.extend(std::iter::repeat_n(byte, len));
-        header.insert(
-            name.into(),
-            serde_json::json!({"dtype": "U8", "shape": [len], "data_offsets": [begin, data.len()]}),
-        );
-    }
-    let mut json = serde_json::to_string(&header).unwrap();
-    while !(8 + json.len()).is_multiple_of(8) {
-        json.push(' ');
-    }
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(json.as_bytes());
-    out.extend_from_slice(&data);
-    out
-}
-
-/// Writes `bytes` to a temporary name and renames it to `path`, as publishers do.
-pub(super) fn publish(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_file_name(".tmpPUBLSH");
-    fs::write(&tmp, bytes).unwrap();
-    fs::rename(&tmp, path).unwrap();
-}
-
-/// Rewrites `path` in place (same inode), as `open(..., "w")` writers do.
-fn rewrite(path: &Path, bytes: &[u8]) {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .unwrap();
-    f.write_all(bytes).unwrap();
-}
-
-pub(super) fn index(map: &[(&str, &str)]) -> Vec<u8> {
-    let weight_map: serde_json::Map<String, serde_json::Value> = map
-        .iter()
-        .map(|(t, s)| (t.to_string(), serde_json::Value::from(*s)))
-        .collect();
-    serde_json::to_vec(&serde_json::json!({"metadata": {}, "weight_map": weight_map})).unwrap()
-}
-
-fn options(settle: Duration) -> Options {
-    Options {
-        settle,
-        ..Options::default()
-    }
-}
-
-/// The inode at `path` (`/`-separated, from the root).
-pub(super) fn at(s: &Snapshot, path: &str) -> Option<Ino> {
-    path.split('/')
-        .filter(|p| !p.is_empty())
-        .try_fold(ROOT, |ino, name| s.lookup(ino, name.as_bytes()))
-}
-
-pub(super) fn names(s: &Snapshot, path: &str) -> Vec<String> {
-    s.children(at(s, path).unwrap())
-        .unwrap()
-        .iter()
-        .map(|&c| String::from_utf8_lossy(&s.node(c).unwrap().name).into_owned())
-        .collect()
-}
-
-pub(super) fn bytes(s: &Snapshot, path: &str) -> Vec<u8> {
-    s.read(at(s, path).unwrap(), 0, u32::MAX).unwrap()
-}
-
-/// Every path below `path` with its inode number.
-pub(super) fn inos(s: &Snapshot, path: &str) -> Vec<(String, Ino)> {
-    let mut out = Vec::new();
-    let mut stack = vec![(at(s, path).unwrap(), path.to_string())];
-    while let Some((ino, p)) = stack.pop() {
-        out.push((p.clone(), ino));
-        for &c in s.children(ino).unwrap_or_default() {
-            let name = String::from_utf8_lossy(&s.node(c).unwrap().name).into_owned();
-            stack.push((c, format!("{p}/{name}")));
-        }
-    }
-    out.sort();
-    out
-}
-
-pub(super) fn removed_names(d: &Diff) -> Vec<String> {
-    let mut v: Vec<String> = d
-        .removed
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.name).into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-pub(super) struct Mount {
-    pub(super) writer: Writer,
-    pub(super) snap: Snapshot,
-}
-
-impl Mount {
-    pub(super) fn new(src: &Path, settle: Duration) -> Mount {
-        let (writer, snap) = Writer::build(src, &options(settle)).unwrap();
-        Mount { writer, snap }
-    }
-
-    /// Rescans every directory, as SIGUSR1 or a poll tick does.
-    pub(super) fn rescan(&mut self) -> Diff {
-        let dirs = self.writer.dirs(&self.snap);
-        let (snap, diff) = self.writer.rescan(&self.snap, &dirs);
-        assert_eq!(snap.generation(), self.snap.generation() + 1);
-        let old: HashSet<Ino> = inos(&self.snap, "").into_iter().map(|x| x.1).collect();
-        let new: HashSet<Ino> = inos(&snap, "").into_iter().map(|x| x.1).collect();
-        // Every inode that left the tree is in the diff, and only those.
-        let left: HashSet<Ino> = old.difference(&new).copied().collect();
-        let detached: HashSet<Ino> = diff.detached.iter().copied().collect();
-        assert_eq!(left, detached, "detached inodes");
-        // New inode numbers are new: never one the tree had.
-        let max_old = old.iter().max().copied().unwrap_or(0);
-        assert!(
-            new.difference(&old).all(|&i| i > max_old),
-            "an inode number reused"
-        );
-        self.snap = snap;
-        diff
-    }
-}
-
-pub(super) const SETTLE: Duration = Duration::from_secs(3600);
-
 #[test]
 fn an_added_file_and_directory_appear_and_nothing_else_moves() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     fs::write(d.join("config.json"), b"{}").unwrap();
     publish(&d.join("a.safetensors"), &st(&[("w", 4, 1)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let before = inos(&m.snap, "");
 
     publish(&d.join("b.safetensors"), &st(&[("x", 3, 7), ("y", 2, 8)]));
@@ -211,10 +53,10 @@ fn an_added_file_and_directory_appear_and_nothing_else_moves() {
 
 #[test]
 fn a_removed_file_takes_its_tensor_directory_along() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 4, 1)]));
     publish(&d.join("b.safetensors"), &st(&[("w", 4, 2)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let b = inos(&m.snap, "b.tensors");
 
     fs::remove_file(d.join("a.safetensors")).unwrap();
@@ -228,10 +70,10 @@ fn a_removed_file_takes_its_tensor_directory_along() {
 
 #[test]
 fn a_file_replaced_by_rename_gets_new_inodes_its_siblings_keep_theirs() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 4, 1), ("v", 2, 3)]));
     publish(&d.join("b.safetensors"), &st(&[("w", 4, 2)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let (a_dir, a_w) = (at(&m.snap, "a.tensors"), at(&m.snap, "a.tensors/w"));
     let b = inos(&m.snap, "b.tensors");
 
@@ -257,10 +99,10 @@ fn a_file_replaced_by_rename_gets_new_inodes_its_siblings_keep_theirs() {
 
 #[test]
 fn a_change_that_touches_nothing_the_tree_shows_keeps_every_inode() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     fs::create_dir(d.join("m")).unwrap();
     publish(&d.join("m/a.safetensors"), &st(&[("w", 4, 1)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let before = inos(&m.snap, "");
     let diff = m.rescan();
     assert!(diff.is_empty() && diff.rescanned.is_empty(), "{diff:?}");
@@ -276,11 +118,11 @@ fn a_change_that_touches_nothing_the_tree_shows_keeps_every_inode() {
 
 #[test]
 fn a_file_rewritten_in_place_is_interpreted_only_once_it_has_settled() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let a = d.join("a.safetensors");
     publish(&a, &st(&[("w", 4, 1)]));
     let settle = Duration::from_millis(200);
-    let mut m = Mount::new(&d.0, settle);
+    let mut m = Mount::new(d.path(), settle);
 
     rewrite(&a, &st(&[("w", 4, 2), ("new", 1, 3)]));
     let diff = m.rescan();
@@ -296,10 +138,14 @@ fn a_file_rewritten_in_place_is_interpreted_only_once_it_has_settled() {
     let error = String::from_utf8(error.unwrap()).unwrap();
     assert!(error.contains("being written"), "{error}");
     assert_eq!(removed_names(&diff), ["a.safetensors", "a.tensors"]);
-    let (deadline, dir) = m.writer.deadline().expect("a settle deadline");
+    let (_, dir) = m.writer.deadline().expect("a settle deadline");
     assert_eq!(dir, ROOT);
+    // However often it is looked at, it stays uninterpreted until the clock reaches the deadline.
+    m.clock.advance(Duration::from_millis(150));
+    m.rescan();
+    assert_eq!(names(&m.snap, ""), ["a.safetensors"], "still in flux");
 
-    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.wait_until_settled();
     m.rescan();
     assert_eq!(names(&m.snap, "a.tensors"), ["new", "w"]);
     assert_eq!(bytes(&m.snap, "a.tensors/w"), [2; 4]);
@@ -308,12 +154,12 @@ fn a_file_rewritten_in_place_is_interpreted_only_once_it_has_settled() {
 
 #[test]
 fn a_file_growing_in_place_is_mirrored_but_not_interpreted_until_complete_and_settled() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let full = st(&[("w", 4096, 1)]);
     let a = d.join("a.safetensors");
     fs::write(&a, &full[..full.len() / 2]).unwrap();
     let settle = Duration::from_millis(200);
-    let mut m = Mount::new(&d.0, settle);
+    let mut m = Mount::new(d.path(), settle);
     assert_eq!(names(&m.snap, ""), ["a.safetensors"]);
     let error = String::from_utf8(
         m.snap
@@ -336,15 +182,14 @@ fn a_file_growing_in_place_is_mirrored_but_not_interpreted_until_complete_and_se
         "complete, not settled"
     );
     assert_eq!(bytes(&m.snap, "a.safetensors"), full);
-    let (deadline, _) = m.writer.deadline().unwrap();
-    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.wait_until_settled();
     m.rescan();
     assert_eq!(bytes(&m.snap, "a.tensors/w"), [1; 4096]);
 }
 
 #[test]
 fn partial_files_are_mirrored_never_interpreted() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let valid = st(&[("w", 4, 1)]);
     fs::create_dir_all(d.join(".locks/models--x")).unwrap();
     for name in [
@@ -354,7 +199,7 @@ fn partial_files_are_mirrored_never_interpreted() {
     ] {
         fs::write(d.join(name), &valid).unwrap();
     }
-    let m = Mount::new(&d.0, SETTLE);
+    let m = Mount::new(d.path(), SETTLE);
     assert_eq!(
         names(&m.snap, ""),
         [".locks", ".tmpAb12Cd", "model.safetensors.incomplete"]
@@ -364,7 +209,7 @@ fn partial_files_are_mirrored_never_interpreted() {
 
 #[test]
 fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shards() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let (s1, s2) = (
         "m-00001-of-00002.safetensors",
         "m-00002-of-00002.safetensors",
@@ -373,7 +218,7 @@ fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shard
     publish(&d.join(s2), &st(&[("c", 2, 3)]));
     let idx = index(&[("a", s1), ("b", s1), ("c", s2)]);
     publish(&d.join("m.safetensors.index.json"), &idx);
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     assert_eq!(names(&m.snap, "m.tensors"), ["__metadata__", "a", "b", "c"]);
     let (a, c) = (at(&m.snap, "m.tensors/a"), at(&m.snap, "m.tensors/c"));
     let merged = at(&m.snap, "m.tensors");
@@ -417,12 +262,12 @@ fn a_merged_set_is_shown_only_while_complete_and_keeps_inodes_of_unchanged_shard
 
 #[test]
 fn an_index_rewritten_in_place_hides_its_set_until_it_settles() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let s1 = "m-00001-of-00001.safetensors";
     publish(&d.join(s1), &st(&[("a", 2, 1)]));
     let i = d.join("m.safetensors.index.json");
     publish(&i, &index(&[("a", s1)]));
-    let mut m = Mount::new(&d.0, Duration::from_millis(200));
+    let mut m = Mount::new(d.path(), Duration::from_millis(200));
     assert!(at(&m.snap, "m.tensors").is_some());
     rewrite(&i, &index(&[("a", s1)])[..]);
     // Same bytes, but the same inode was seen changing.
@@ -434,8 +279,7 @@ fn an_index_rewritten_in_place_hides_its_set_until_it_settles() {
         .unwrap();
     m.rescan();
     assert!(at(&m.snap, "m.tensors").is_none());
-    let (deadline, _) = m.writer.deadline().unwrap();
-    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.wait_until_settled();
     m.rescan();
     assert!(at(&m.snap, "m.tensors").is_some());
 }
@@ -450,14 +294,14 @@ fn link_target(s: &Snapshot, path: &str) -> Option<Vec<u8>> {
 
 #[test]
 fn a_directory_replaced_through_its_link_is_a_new_subtree() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     for v in ["v1", "v2"] {
         fs::create_dir(d.join(v)).unwrap();
-        publish(&d.join(&format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
+        publish(&d.join(format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
     }
     // An absolute link is followed: the directory it leads to is shown under its name.
     symlink(d.join("v1"), d.join("current")).unwrap();
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let v1 = inos(&m.snap, "v1");
     let old = at(&m.snap, "current/m.tensors/w");
     assert!(old.is_some());
@@ -475,14 +319,14 @@ fn a_directory_replaced_through_its_link_is_a_new_subtree() {
 
 #[test]
 fn a_relative_link_inside_source_stays_a_link_and_a_switch_replaces_it() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     for v in ["v1", "v2"] {
         fs::create_dir(d.join(v)).unwrap();
-        publish(&d.join(&format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
+        publish(&d.join(format!("{v}/m.safetensors")), &st(&[("w", 1, 1)]));
     }
     symlink("v1", d.join("current")).unwrap();
     symlink("v1/m.safetensors", d.join("m.safetensors")).unwrap();
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let (v1, v2) = (inos(&m.snap, "v1"), inos(&m.snap, "v2"));
     assert_eq!(link_target(&m.snap, "current").as_deref(), Some(&b"v1"[..]));
     assert_eq!(
@@ -515,9 +359,9 @@ fn a_relative_link_inside_source_stays_a_link_and_a_switch_replaces_it() {
 
 #[test]
 fn a_real_entry_appearing_takes_the_name_of_a_generated_directory() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     let generated = at(&m.snap, "a.tensors").unwrap();
     fs::create_dir(d.join("a.tensors")).unwrap();
     fs::write(d.join("a.tensors/real.txt"), b"real").unwrap();
@@ -531,7 +375,7 @@ fn a_real_entry_appearing_takes_the_name_of_a_generated_directory() {
 
 #[test]
 fn a_single_file_source_is_followed_through_renames_and_removal() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let a = d.join("a.safetensors");
     publish(&a, &st(&[("w", 4, 1)]));
     let mut m = Mount::new(&a, SETTLE);
@@ -557,30 +401,30 @@ fn a_single_file_source_is_followed_through_renames_and_removal() {
 
 #[test]
 fn strict_applies_at_mount_only() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("a.safetensors"), &st(&[("w", 1, 1)]));
     let strict = Options {
         strict: true,
         ..options(SETTLE)
     };
-    let (mut w, snap) = Writer::build(&d.0, &strict).unwrap();
+    let (mut w, snap) = Writer::build(&sources(), d.path(), &strict).unwrap();
     fs::write(d.join("bad.safetensors"), b"not safetensors at all").unwrap();
     let (snap, _) = w.rescan(&snap, &w.dirs(&snap));
     assert_eq!(
         names(&snap, ""),
         ["a.safetensors", "a.tensors", "bad.safetensors"]
     );
-    assert!(Writer::build(&d.0, &strict).is_err());
+    assert!(Writer::build(&sources(), d.path(), &strict).is_err());
 }
 
 #[test]
 fn only_the_directories_asked_for_are_read_again() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     for m in ["m1", "m2"] {
         fs::create_dir(d.join(m)).unwrap();
-        publish(&d.join(&format!("{m}/a.safetensors")), &st(&[("w", 1, 1)]));
+        publish(&d.join(format!("{m}/a.safetensors")), &st(&[("w", 1, 1)]));
     }
-    let mut m = Mount::new(&d.0, SETTLE);
+    let mut m = Mount::new(d.path(), SETTLE);
     publish(&d.join("m1/b.safetensors"), &st(&[("w", 1, 2)]));
     publish(&d.join("m2/b.safetensors"), &st(&[("w", 1, 2)]));
     let m1 = at(&m.snap, "m1").unwrap();
@@ -593,7 +437,7 @@ fn only_the_directories_asked_for_are_read_again() {
 
 #[test]
 fn only_directories_whose_entries_changed_are_reported_changed() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let (s1, s2) = (
         "m-00001-of-00002.safetensors",
         "m-00002-of-00002.safetensors",
@@ -611,7 +455,7 @@ fn only_directories_whose_entries_changed_are_reported_changed() {
         layout: Layout::Tree,
         ..options(SETTLE)
     };
-    let (mut w, snap) = Writer::build(&d.0, &tree).unwrap();
+    let (mut w, snap) = Writer::build(&sources(), d.path(), &tree).unwrap();
     assert_eq!(names(&snap, "m.tensors/layers"), ["0", "1"]);
     let layer0 = inos(&snap, "m.tensors/layers/0");
 
@@ -638,16 +482,16 @@ fn only_directories_whose_entries_changed_are_reported_changed() {
 
 #[test]
 fn a_single_file_source_rewritten_in_place_shows_no_tensors_until_it_settles() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let a = d.join("a.safetensors");
     publish(&a, &st(&[("w", 4, 1)]));
     let mut m = Mount::new(&a, Duration::from_millis(200));
     rewrite(&a, &st(&[("w", 4, 2)]));
     m.rescan();
     assert!(names(&m.snap, "").is_empty(), "in flux");
-    let (deadline, dir) = m.writer.deadline().expect("a settle deadline");
+    let (_, dir) = m.writer.deadline().expect("a settle deadline");
     assert_eq!(dir, ROOT);
-    std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));
+    m.wait_until_settled();
     m.rescan();
     assert_eq!(bytes(&m.snap, "w"), [2; 4]);
 }
@@ -661,8 +505,8 @@ fn check_set(
 ) -> Result<sets::Merged, SetError> {
     let bytes = index(map);
     let idx = crate::index::parse(&bytes).unwrap();
-    let plan = sets::Plan::of(idx);
-    let mut registry = source::Registry::default();
+    let plan = crate::index::Plan::of(idx);
+    let mut registry = crate::source::Registry::new(sources());
     let sources: Vec<(&str, Arc<Source>, bool)> = files
         .iter()
         .map(|&(name, settled)| {
@@ -680,7 +524,7 @@ fn check_set(
                 settled: *settled,
             })
         },
-        || crate::index::parse(&bytes),
+        || crate::index::parse(&bytes).map_err(crate::source::PlanError::Invalid),
     )
 }
 
@@ -688,7 +532,7 @@ fn check_set(
 /// index's `user.safetensors.error` shows (written out here by hand).
 #[test]
 fn an_index_checked_against_its_shards_names_the_disagreement() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     let (s1, s2, s3) = ("s1.safetensors", "s2.safetensors", "s3.safetensors");
     publish(&d.join(s1), &st(&[("a", 2, 1)]));
     publish(&d.join(s2), &st(&[("b", 2, 2)]));
@@ -792,11 +636,12 @@ fn an_index_checked_against_its_shards_names_the_disagreement() {
 /// An index that cannot be parsed again to name the disagreement gives the index's own error.
 #[test]
 fn an_index_broken_since_its_plan_gives_its_own_error() {
-    let d = Dir::new();
+    let d = Dir::new("namespace");
     publish(&d.join("s1.safetensors"), &st(&[("a", 2, 1), ("b", 2, 2)]));
-    let plan = sets::Plan::of(crate::index::parse(&index(&[("a", "s1.safetensors")])).unwrap());
+    let plan =
+        crate::index::Plan::of(crate::index::parse(&index(&[("a", "s1.safetensors")])).unwrap());
     let path = d.join("s1.safetensors");
-    let source = source::Registry::default()
+    let source = crate::source::Registry::new(sources())
         .get(&path, &fs::metadata(&path).unwrap())
         .unwrap();
     let e = sets::check(
@@ -807,12 +652,18 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
                 settled: true,
             })
         },
-        || crate::index::parse(b"{}"),
+        || crate::index::parse(b"{}").map_err(crate::source::PlanError::Invalid),
     )
     .err()
     .unwrap();
     assert!(
-        matches!(&e, SetError::Index(i) if matches!(**i, crate::index::IndexError::NoWeightMap)),
+        matches!(
+            &e,
+            SetError::Index(i) if matches!(
+                **i,
+                crate::source::PlanError::Invalid(crate::index::IndexError::NoWeightMap)
+            )
+        ),
         "{e:?}"
     );
     assert_eq!(e.to_string(), "index has no `weight_map` object");

@@ -1,0 +1,77 @@
+//! What a checkpoint reader says of a file: its tensors (name, dtype, shape, where its bytes are)
+//! and its metadata. The one shape every format's reader produces, and all the namespace lays out.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use ::safetensors::Dtype;
+
+/// A format whose files the mount interprets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `NAME.safetensors`.
+    Safetensors,
+}
+
+impl Format {
+    /// Every format, in the order their readers are tried for a name.
+    pub const ALL: [Format; 1] = [Format::Safetensors];
+
+    /// The format a file's name says, with the stem its tensor directory is named after
+    /// (`model.safetensors` gives `model`, hence `model.tensors/`).
+    pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
+        file_name
+            .strip_suffix(b".safetensors")
+            .map(|stem| (Format::Safetensors, stem))
+    }
+
+    /// Its index in [`Format::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Format::Safetensors => 0,
+        }
+    }
+}
+
+/// A file's tensors and metadata, as its format's reader found them.
+#[derive(Debug)]
+pub struct Description {
+    pub format: Format,
+    /// Absolute offset in the file of the data the tensors' offsets are relative to (for
+    /// safetensors, the data buffer after the header: 8 + header length).
+    pub data_start: u64,
+    /// Tensors in data order (ascending offsets).
+    pub tensors: Vec<Arc<Tensor>>,
+    /// The metadata map; `None` when absent (or `null`).
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// One tensor of a file.
+#[derive(Debug)]
+pub struct Tensor {
+    /// Shared with the tensor's file names where those are the name itself.
+    pub name: Arc<str>,
+    pub dtype: Dtype,
+    pub shape: Box<[usize]>,
+    /// `[begin, end)` relative to [`Description::data_start`] (for safetensors, as in the header).
+    pub begin: u64,
+    pub end: u64,
+}
+
+impl Tensor {
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.end - self.begin
+    }
+
+    /// The dtype as the header spells it (`BF16`, `F8_E4M3`, ...).
+    pub fn dtype_name(&self) -> String {
+        format!("{:?}", self.dtype)
+    }
+
+    /// The shape as a JSON array without spaces, e.g. `[4096,11008]`.
+    pub fn shape_json(&self) -> String {
+        let dims: Vec<String> = self.shape.iter().map(usize::to_string).collect();
+        format!("[{}]", dims.join(","))
+    }
+}

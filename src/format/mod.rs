@@ -1,0 +1,19 @@
+//! Checkpoint formats: how a file becomes a [`Description`] of its tensors. Knows nothing of FUSE,
+//! of sources that change, or of how the mount lays tensors out.
+//!
+//! - [`description`]: the shape every reader produces (tensors with dtype, shape and byte range,
+//!   and metadata), and which format a file's name says;
+//! - [`reader`]: the boundary: one function that reads a file of any format;
+//! - [`safetensors`]: the safetensors reader, validated by the official crate, with [`entries`],
+//!   its one-pass reader of the header's JSON;
+//! - [`error`]: why a file is not valid, with the rule it breaks.
+
+mod description;
+mod entries;
+mod error;
+mod reader;
+mod safetensors;
+
+pub use description::{Description, Dtype, Format, Tensor};
+pub use error::{Accident, FormatError, rule_name};
+pub use reader::describe;

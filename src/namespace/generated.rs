@@ -1,0 +1,543 @@
+//! The generated directories of a directory of SOURCE: `NAME.tensors/` for each valid
+//! `NAME.safetensors`, a merged directory for each index whose set is valid, kept whole while
+//! built from the same sources; and the tensor directory of one file.
+//!
+//! [`generated`] goes in steps: interpret the files (headers and indexes read several at a time),
+//! say what each file wants ([`Want`]), decide who gets each name ([`claims`]), check each set
+//! against its shards, then lay out the directories to build, several at a time.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::Metadata;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use log::warn;
+use serde_json::Value;
+
+use super::claims::{self, Claim, Verdict};
+use super::draft::{self, Body, Draft};
+use super::error::BuildError;
+use super::layout;
+use super::node::{Attr, FileError, Ino, Origin, Xattrs};
+use super::options::Policy;
+use super::record::Generated;
+use super::scan::{self, Flux};
+use super::sets::{self, SetError, Shard};
+use super::snapshot::Snapshot;
+use super::xattrs;
+use crate::format::Format;
+use crate::index;
+use crate::parallel;
+use crate::source::{Parse, Source, Warning};
+
+/// The directory of SOURCE whose generated directories are drafted.
+pub struct Dir<'a> {
+    pub path: &'a Path,
+    pub flux: &'a Flux,
+    /// The generated directories shown before, and where (the old snapshot and the directory).
+    pub shown: &'a [Generated],
+    pub old: Option<(&'a Snapshot, Ino)>,
+}
+
+/// A directory's generated directories, and the errors its mirrored files carry.
+pub struct Interpreted {
+    pub drafts: Vec<Drafted<Draft>>,
+    pub errors: HashMap<Arc<[u8]>, FileError>,
+}
+
+/// A generated directory (drafted, or about to be), with the sources it is built from.
+pub struct Drafted<T> {
+    pub draft: T,
+    pub inputs: Vec<Arc<Source>>,
+}
+
+/// A file (by its place among the directory's files) that wants a generated directory.
+struct Want {
+    file: usize,
+    dir: Vec<u8>,
+    /// An index, for its merged set (else a file, for its tensors).
+    set: bool,
+}
+
+/// A generated directory of a scan: kept from the last tree, or to be built.
+enum Slot<'a> {
+    Kept(Draft),
+    New(Build<'a>),
+}
+
+/// A generated directory to build: the tensors of one file, or a merged set with what is already
+/// known of it.
+enum Build<'a> {
+    File {
+        dir: Arc<[u8]>,
+        source: &'a Arc<Source>,
+        format: Format,
+    },
+    Set {
+        dir: Arc<[u8]>,
+        /// The index.
+        path: PathBuf,
+        owner: &'a Metadata,
+        attr: Attr,
+        xattrs: Arc<Xattrs>,
+        json: Option<Arc<[u8]>>,
+        entries: Vec<layout::Entry>,
+    },
+}
+
+impl Build<'_> {
+    /// The file the directory stands for, for messages.
+    fn origin(&self) -> &Path {
+        match self {
+            Build::File { source, .. } => &source.path,
+            Build::Set { path, .. } => path,
+        }
+    }
+}
+
+/// The generated directories of the directory `d`, whose real subdirectories are `real_dirs` and
+/// whose files are `files` (sorted by name), interpreted at `now`; their entries are counted
+/// against `budget`.
+pub fn generated(
+    policy: Policy<'_>,
+    now: Instant,
+    d: &Dir<'_>,
+    real_dirs: &[Draft],
+    files: &[(Arc<[u8]>, Arc<Source>)],
+    budget: &mut usize,
+) -> Result<Interpreted, BuildError> {
+    let step = Step {
+        policy,
+        now,
+        d,
+        never: scan::is_partial_dir(d.path),
+    };
+    let mut errors = HashMap::new();
+    step.parse_ahead(files);
+    let wants = step.wants(files, &mut errors)?;
+    let winners = step.claim(real_dirs, files, wants);
+    let mut slots = Vec::new();
+    for want in winners {
+        if let Some(slot) = step.slot(&want, files, &mut errors)? {
+            slots.push(slot);
+        }
+    }
+    let drafts = step.build_all(slots, budget)?;
+    Ok(Interpreted { drafts, errors })
+}
+
+/// What every step of [`generated`] shares.
+struct Step<'a> {
+    policy: Policy<'a>,
+    now: Instant,
+    d: &'a Dir<'a>,
+    /// A directory whose files are never interpreted (Hugging Face's `.locks`).
+    never: bool,
+}
+
+impl Step<'_> {
+    fn interpretable(&self, name: &[u8]) -> bool {
+        !self.never && !scan::is_partial(name)
+    }
+
+    fn in_flux(&self, name: &[u8]) -> bool {
+        self.d
+            .flux
+            .unsettled(name, self.now, self.policy.options.settle)
+    }
+
+    fn being_written(&self) -> FileError {
+        FileError::BeingWritten(self.policy.options.settle)
+    }
+
+    /// Reads the headers and indexes about to be used, several at a time.
+    fn parse_ahead(&self, files: &[(Arc<[u8]>, Arc<Source>)]) {
+        let mut unread: Vec<(&Arc<Source>, Parse)> = files
+            .iter()
+            .filter(|(name, _)| self.interpretable(name) && !self.in_flux(name))
+            .filter_map(|(name, source)| Some((source, parse_of(name)?)))
+            .filter(|(source, parse)| !source.is_parsed(*parse))
+            .collect();
+        // Taken in order by the threads: an index (tens of megabytes of JSON for a large model,
+        // the longest single job) starts first rather than after every header.
+        unread.sort_by_key(|(_, parse)| *parse != Parse::Index);
+        let remote = unread.iter().any(|(s, _)| s.remote);
+        parallel::map(&unread, remote, |(source, parse)| source.parse(*parse));
+    }
+
+    /// What each file asks for: `NAME.tensors` for a valid unsharded file, a merged directory for
+    /// an index. Files that cannot have theirs get their error.
+    fn wants(
+        &self,
+        files: &[(Arc<[u8]>, Arc<Source>)],
+        errors: &mut HashMap<Arc<[u8]>, FileError>,
+    ) -> Result<Vec<Want>, BuildError> {
+        let mut wants = Vec::new();
+        for (i, (name, source)) in files.iter().enumerate() {
+            if !self.interpretable(name) {
+                continue;
+            }
+            if let Some((format, stem)) = Format::of(name) {
+                if self.in_flux(name) {
+                    errors.insert(name.clone(), self.being_written());
+                    continue;
+                }
+                match source.describe(format) {
+                    Ok(_) => wants.push(Want {
+                        file: i,
+                        dir: [stem, b".tensors"].concat(),
+                        set: false,
+                    }),
+                    Err(e) => {
+                        if source.first_warning(Warning::Invalid) {
+                            if !self.policy.mounting && e.cut_short() {
+                                // Most likely still being written, by a writer that paused.
+                                log::info!("{e} (no .tensors directory; incomplete so far)");
+                            } else {
+                                self.policy.reject(BuildError::NoTensorsDir(e.clone()))?;
+                            }
+                        }
+                        errors.insert(name.clone(), FileError::Invalid(e.clone()));
+                    }
+                }
+            } else if let Some(dir) = merged_dir(name) {
+                wants.push(Want {
+                    file: i,
+                    dir: dir.into_bytes(),
+                    set: true,
+                });
+            }
+        }
+        Ok(wants)
+    }
+
+    /// The wants that get their name (see [`claims`]); the others are warned about once.
+    fn claim(
+        &self,
+        real_dirs: &[Draft],
+        files: &[(Arc<[u8]>, Arc<Source>)],
+        wants: Vec<Want>,
+    ) -> Vec<Want> {
+        let real: Vec<&[u8]> = real_dirs
+            .iter()
+            .map(|c| &c.name[..])
+            .chain(files.iter().map(|(n, _)| &n[..]))
+            .collect();
+        let claims: Vec<Claim<'_>> = wants
+            .iter()
+            .map(|w| Claim {
+                file: &files[w.file].0,
+                dir: &w.dir,
+                index: w.set,
+            })
+            .collect();
+        let verdicts = claims::decide(&real, &claims);
+        let mut wins = Vec::with_capacity(wants.len());
+        for (want, verdict) in wants.iter().zip(verdicts) {
+            let (name, source) = &files[want.file];
+            let dir_name = String::from_utf8_lossy(&want.dir);
+            let path = self.d.path.join(OsStr::from_bytes(name));
+            wins.push(verdict == Verdict::Wins);
+            match verdict {
+                Verdict::Wins => {}
+                Verdict::Real => {
+                    if source.first_warning(Warning::NameTaken) {
+                        let what = if want.set {
+                            "merged tensors"
+                        } else {
+                            "tensors"
+                        };
+                        warn!(
+                            "{}: a real entry is named {dir_name}; it is shown instead of the {what}",
+                            path.display()
+                        );
+                    }
+                }
+                Verdict::File(other) => {
+                    if source.first_warning(Warning::NameTaken) {
+                        warn!(
+                            "{}: {} also wants {dir_name}; the unsharded file's tensors are shown",
+                            path.display(),
+                            self.d.path.join(OsStr::from_bytes(other)).display()
+                        );
+                    }
+                }
+            }
+        }
+        let mut wins = wins.into_iter();
+        wants
+            .into_iter()
+            .filter(|_| wins.next() == Some(true))
+            .collect()
+    }
+
+    /// The directory a winning want gets, with the sources it is built from: the old one if built
+    /// from the same sources, else one to build; none for a set that is not valid (its index then
+    /// carries why).
+    fn slot<'f>(
+        &self,
+        want: &Want,
+        files: &'f [(Arc<[u8]>, Arc<Source>)],
+        errors: &mut HashMap<Arc<[u8]>, FileError>,
+    ) -> Result<Option<Drafted<Slot<'f>>>, BuildError> {
+        let (name, source) = &files[want.file];
+        let dir: Arc<[u8]> = Arc::from(&want.dir[..]);
+        if !want.set {
+            let inputs = vec![source.clone()];
+            let format = Format::of(name).map_or(Format::Safetensors, |(f, _)| f);
+            let slot = match self.kept(&dir, &inputs) {
+                Some(keep) => Slot::Kept(keep),
+                None => Slot::New(Build::File {
+                    dir,
+                    source,
+                    format,
+                }),
+            };
+            return Ok(Some(Drafted {
+                draft: slot,
+                inputs,
+            }));
+        }
+        if self.in_flux(name) {
+            errors.insert(name.clone(), self.being_written());
+            return Ok(None);
+        }
+        let merged = match source.plan() {
+            Ok(plan) => sets::check(
+                plan,
+                |shard| {
+                    let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
+                    Some(Shard {
+                        source: s,
+                        settled: !self.in_flux(n),
+                    })
+                },
+                || source.index(),
+            )
+            .map(|m| (plan, m)),
+            Err(e) => Err(SetError::Index(e.clone())),
+        };
+        let (plan, merged) = match merged {
+            Ok(m) => m,
+            Err(why) => {
+                let why = Arc::new(why);
+                errors.insert(name.clone(), FileError::Set(why.clone()));
+                // A shard still being written is no problem yet.
+                if !why.settling() && source.first_warning(Warning::Invalid) {
+                    self.policy.reject(BuildError::NoMergedDir {
+                        index: self.d.path.join(OsStr::from_bytes(name)),
+                        dir: String::from_utf8_lossy(&want.dir).into_owned(),
+                        why,
+                    })?;
+                }
+                return Ok(None);
+            }
+        };
+        let mut inputs = vec![source.clone()];
+        inputs.extend(merged.shards.iter().cloned());
+        if let Some(keep) = self.kept(&dir, &inputs) {
+            return Ok(Some(Drafted {
+                draft: Slot::Kept(keep),
+                inputs,
+            }));
+        }
+        let metadata = plan.metadata.clone();
+        let json = metadata
+            .clone()
+            .map(|m| layout::metadata_json(&Value::Object(m)));
+        let xattrs = xattrs::metadata_xattrs(
+            metadata
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k, index::metadata_value_text(v))),
+        );
+        let shards: Vec<&Metadata> = merged.shards.iter().map(|s| &s.meta).collect();
+        let attr = draft::tensor_dir_attr(&source.meta, &shards);
+        let build = Build::Set {
+            dir,
+            path: self.d.path.join(OsStr::from_bytes(name)),
+            owner: &source.meta,
+            attr,
+            xattrs,
+            json,
+            entries: merged.entries,
+        };
+        Ok(Some(Drafted {
+            draft: Slot::New(build),
+            inputs,
+        }))
+    }
+
+    /// The old generated directory `name` if it was built from the same sources.
+    fn kept(&self, name: &Arc<[u8]>, inputs: &[Arc<Source>]) -> Option<Draft> {
+        let old = self.d.shown.iter().find(|g| g.name == *name)?;
+        let same = old.inputs.len() == inputs.len()
+            && old
+                .inputs
+                .iter()
+                .zip(inputs)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        let (snap, dir) = self.d.old?;
+        let ino = snap.lookup(dir, name)?;
+        let generated = snap.node(ino)?.dir()?.origin == Origin::Generated;
+        (same && generated).then(|| Draft {
+            name: name.clone(),
+            body: Body::Keep(ino),
+        })
+    }
+
+    /// The drafts of the slots: those to build are laid out several at a time (a model of 163
+    /// shards has 164, with 92,000 tensors in the merged one), each within what is left of the
+    /// node budget.
+    fn build_all(
+        &self,
+        slots: Vec<Drafted<Slot<'_>>>,
+        budget: &mut usize,
+    ) -> Result<Vec<Drafted<Draft>>, BuildError> {
+        let builds: Vec<&Build<'_>> = slots
+            .iter()
+            .filter_map(|slot| match &slot.draft {
+                Slot::New(b) => Some(b),
+                Slot::Kept(_) => None,
+            })
+            .collect();
+        let left = *budget;
+        let policy = self.policy;
+        let mut built = parallel::map(&builds, false, |b| build(policy, b, left)).into_iter();
+        let mut drafts = Vec::with_capacity(slots.len());
+        for Drafted {
+            draft: slot,
+            inputs,
+        } in slots
+        {
+            let draft = match slot {
+                Slot::Kept(keep) => keep,
+                Slot::New(b) => {
+                    // One result per build, in order (built here should the map fall short).
+                    let draft = built.next().unwrap_or_else(|| build(policy, &b, left))?;
+                    *budget = budget
+                        .checked_sub(draft.count())
+                        .ok_or_else(|| BuildError::TooManyNodes(b.origin().into()))?;
+                    draft
+                }
+            };
+            drafts.push(Drafted { draft, inputs });
+        }
+        Ok(drafts)
+    }
+}
+
+/// What a file of this name is read as ahead of use, if anything.
+fn parse_of(name: &[u8]) -> Option<Parse> {
+    if merged_dir(name).is_some() {
+        return Some(Parse::Index);
+    }
+    Format::of(name).map(|(format, _)| Parse::Tensors(format))
+}
+
+/// The merged directory an index of this name asks for.
+fn merged_dir(name: &[u8]) -> Option<String> {
+    std::str::from_utf8(name)
+        .ok()
+        .and_then(index::merged_dir_name)
+}
+
+/// A generated directory new to the tree (see [`Build`]), its entries counted against `budget`.
+fn build(policy: Policy<'_>, b: &Build<'_>, mut budget: usize) -> Result<Draft, BuildError> {
+    match b {
+        Build::File {
+            dir,
+            source,
+            format,
+        } => {
+            let (attr, xattrs, children) = file_tensors(policy, source, *format, &mut budget)?;
+            Ok(Draft::generated_dir(dir.clone(), attr, xattrs, children))
+        }
+        Build::Set {
+            dir,
+            path,
+            owner,
+            attr,
+            xattrs,
+            json,
+            entries,
+        } => {
+            let children = tensor_entries(
+                policy,
+                path,
+                owner,
+                attr,
+                entries.clone(),
+                json.clone(),
+                &mut budget,
+            )?;
+            Ok(Draft::generated_dir(
+                dir.clone(),
+                *attr,
+                xattrs.clone(),
+                children,
+            ))
+        }
+    }
+}
+
+/// The tensor directory of one valid file of `format`: its attributes, xattrs and entries.
+pub fn file_tensors(
+    policy: Policy<'_>,
+    source: &Arc<Source>,
+    format: Format,
+    budget: &mut usize,
+) -> Result<(Attr, Arc<Xattrs>, Vec<Draft>), BuildError> {
+    let described = match source.describe(format) {
+        Ok(d) => d,
+        Err(e) => return Err(BuildError::Invalid(e.clone())),
+    };
+    let entries = described
+        .tensors
+        .iter()
+        .map(|t| (t.clone(), source.clone()))
+        .collect();
+    let json = described
+        .metadata
+        .as_ref()
+        .map(|m| layout::metadata_json(&serde_json::json!(m)));
+    let xattrs = xattrs::metadata_xattrs(
+        described
+            .metadata
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k, v.clone())),
+    );
+    let attr = draft::tensor_dir_attr(&source.meta, &[]);
+    let children = tensor_entries(
+        policy,
+        &source.path,
+        &source.meta,
+        &attr,
+        entries,
+        json,
+        budget,
+    )?;
+    Ok((attr, xattrs, children))
+}
+
+/// The entries of a tensor directory (see [`layout::tensor_dir`]), counted against `budget`.
+fn tensor_entries(
+    policy: Policy<'_>,
+    origin: &Path,
+    owner: &Metadata,
+    dir: &Attr,
+    entries: Vec<layout::Entry>,
+    json: Option<Arc<[u8]>>,
+    budget: &mut usize,
+) -> Result<Vec<Draft>, BuildError> {
+    let children = layout::tensor_dir(policy.options, origin, owner, dir, entries, json, *budget)?;
+    let count: usize = 1 + children.iter().map(Draft::count).sum::<usize>();
+    *budget = budget
+        .checked_sub(count)
+        .ok_or_else(|| BuildError::TooManyNodes(origin.into()))?;
+    Ok(children)
+}

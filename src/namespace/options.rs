@@ -1,0 +1,64 @@
+//! How the tree is built ([`Options`], from `-o`), and how a problem with one file is treated
+//! ([`Policy`]: a warning, or at mount with `-o strict` the end of the mount).
+
+use std::time::Duration;
+
+use log::warn;
+
+use super::error::BuildError;
+use crate::widen::Target;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Fail on any invalid safetensors file or broken index instead of warning (at mount).
+    pub strict: bool,
+    /// How tensor files are laid out in each `NAME.tensors/` directory.
+    pub layout: Layout,
+    /// Also show each tensor numpy can describe as `NAME.npy`.
+    pub npy: bool,
+    /// `-o dtype=`: narrower floats are presented widened to this type.
+    pub widen: Option<Target>,
+    /// A file seen changing in place is interpreted only once unchanged for this long.
+    pub settle: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            strict: false,
+            layout: Layout::Flat,
+            npy: false,
+            widen: None,
+            settle: Duration::from_secs(1),
+        }
+    }
+}
+
+/// How tensor files are laid out in a tensor directory.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One file per tensor, named after the whole tensor name.
+    #[default]
+    Flat,
+    /// Tensor names split on `.` and `/` into nested directories.
+    Tree,
+}
+
+/// The options, and whether the tree is being built at mount (where `strict` applies) or rebuilt
+/// after it.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    pub options: &'a Options,
+    pub mounting: bool,
+}
+
+impl Policy<'_> {
+    /// A problem with one file: a warning, or at mount with `-o strict` the end of the mount.
+    pub fn reject(&self, e: BuildError) -> Result<(), BuildError> {
+        if self.options.strict && self.mounting {
+            return Err(e);
+        }
+        warn!("{e}");
+        Ok(())
+    }
+}

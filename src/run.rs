@@ -1,0 +1,114 @@
+//! The command: options parsed, logging set up, SOURCE built into a tree, then `--list` printed
+//! or the tree mounted (in the foreground, or by a daemon in the background).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::FromArgMatches;
+
+use crate::cli::{self, Args, MountOptions};
+use crate::clock::Clock;
+use crate::daemon::{self, Serve};
+use crate::fs::{Live, TensorFs, Tuning};
+use crate::fuse::Fuse;
+use crate::namespace::{Namespace, Options, Writer};
+use crate::refresh::{self, Follow, Mode};
+use crate::source::Sources;
+use crate::{listing, logging, sys, unmount};
+
+/// `tensormount`'s `main`: exit 0 once mounted (or listed), 1 with a message on stderr otherwise.
+pub fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .first()
+        .is_some_and(|a| std::path::Path::new(a).file_name() == Some(unmount::NAME.as_ref()))
+    {
+        return unmount::main(&argv[1..]);
+    }
+    let args = match Args::from_arg_matches(&cli::command().get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    let helper = std::env::args_os()
+        .next()
+        .is_some_and(|a| cli::invoked_as_helper(&a));
+    match logging::init(args.log_file.as_deref()).and_then(|()| run(args, helper)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tensormount: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `helper`: invoked as `mount.tensormount` by mount(8), where `-f` means "fake" (validate the
+/// options, mount nothing) and the daemon always goes to the background.
+fn run(args: Args, helper: bool) -> Result<(), String> {
+    args.check()?;
+    let opts = MountOptions::parse(&args.options)?;
+    if helper && args.foreground {
+        return Ok(());
+    }
+    let build = Options {
+        strict: opts.strict,
+        layout: opts.layout,
+        npy: opts.npy,
+        widen: opts.widen,
+        settle: opts.settle,
+    };
+    // Every source may hold a descriptor: as many as the hard limit allows.
+    let sources = Sources::new(Clock::system(), sys::raise_descriptor_limit());
+    if args.list {
+        let (_, tree) = Writer::build(&sources, &args.source, &build).map_err(|e| e.to_string())?;
+        let rows = tree.list();
+        let out = if args.json {
+            listing::json(&rows)
+        } else {
+            format!("{}\n{}", listing::table(&rows), listing::summary(&rows))
+        };
+        return std::io::stdout()
+            .write_all(out.as_bytes())
+            .map_err(|e| e.to_string());
+    }
+    let Some(mountpoint) = args.mountpoint else {
+        return Err("no MOUNTPOINT given".into());
+    };
+    let source = std::fs::canonicalize(&args.source)
+        .map_err(|e| format!("{}: {e}", args.source.display()))?;
+    let mnt = daemon::check_mountpoint(&mountpoint)?;
+    let live = opts.refresh.mode != Mode::Off;
+    let inotify = refresh::inotify_for(&opts.refresh);
+    let (writer, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
+    let fsname = opts
+        .fsname
+        .clone()
+        .unwrap_or_else(|| source.to_string_lossy().into_owned());
+    let tuning = Tuning::from_env();
+    let config = daemon::fuse_config(&opts, fsname, tuning.threads);
+    let ns = Arc::new(Namespace::new(tree, live));
+    let (follow, fs) = if live {
+        let (follow, refresh, invalidate) =
+            Follow::new(writer, ns.clone(), sources.clone(), (opts.refresh, inotify));
+        let live = Live {
+            refresh,
+            invalidate,
+        };
+        (Some(follow), TensorFs::new(ns, Some(live), tuning))
+    } else {
+        // Frozen: what the scans found is never needed again.
+        drop(writer);
+        (None, TensorFs::new(ns, None, tuning))
+    };
+    let serve = Serve {
+        sources,
+        source_idle: opts.source_idle,
+        follow,
+        auto_unmount: opts.auto_unmount,
+    };
+    if args.foreground && !helper {
+        daemon::run_foreground(Fuse(fs), &mnt, &config, serve)
+    } else {
+        daemon::run_background(Fuse(fs), &mnt, &config, serve)
+    }
+}

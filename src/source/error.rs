@@ -1,0 +1,107 @@
+//! The source layer's errors: a file that cannot be opened (again) as the version found, one whose
+//! contents cannot be interpreted, and a read that cannot be answered.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::format::FormatError;
+use crate::index::IndexError;
+
+/// Why a source file cannot be used: opened, or opened again as the version found.
+#[derive(Debug)]
+pub enum SourceError {
+    /// Opening it (or `stat` of what was opened) failed.
+    Open(io::Error),
+    /// What its path leads to is not a regular file (a FIFO swapped in, a directory).
+    NotRegular,
+    /// Opening it again at the path it was found at (or `stat` of that) failed.
+    Reopen(io::Error),
+    /// Its path now holds another file.
+    Replaced,
+    /// Truncated or rewritten in place since it was found.
+    Changed,
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceError::Open(e) => write!(f, "{e}"),
+            SourceError::NotRegular => f.write_str("not a regular file"),
+            SourceError::Reopen(e) => write!(f, "cannot reopen: {e}"),
+            SourceError::Replaced => f.write_str("replaced since it was found"),
+            SourceError::Changed => {
+                f.write_str("changed in place since it was found (truncated or rewritten)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// Why a file's tensors cannot be described: it cannot be read again, or it is not a valid file
+/// of its format. The message starts with the file's path.
+#[derive(Debug)]
+pub enum DescribeError {
+    Unreadable(PathBuf, SourceError),
+    Invalid(FormatError),
+}
+
+impl DescribeError {
+    /// The reason without the path (for the `user.safetensors.error` xattr).
+    pub fn reason(&self) -> String {
+        match self {
+            DescribeError::Unreadable(_, e) => format!("cannot read: {e}"),
+            DescribeError::Invalid(e) => e.reason(),
+        }
+    }
+
+    /// Whether the file ends too soon: what a file still being written looks like.
+    pub fn cut_short(&self) -> bool {
+        match self {
+            DescribeError::Unreadable(..) => false,
+            DescribeError::Invalid(e) => e.cut_short(),
+        }
+    }
+}
+
+impl fmt::Display for DescribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DescribeError::Unreadable(path, _) => {
+                write!(f, "{}: {}", path.display(), self.reason())
+            }
+            DescribeError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for DescribeError {}
+
+/// Why an index cannot be used: it cannot be read again, or it is broken. The message leaves the
+/// path out: whoever reports it adds it.
+#[derive(Debug)]
+pub enum PlanError {
+    Unreadable(SourceError),
+    Invalid(IndexError),
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::Unreadable(e) => write!(f, "cannot read index: {e}"),
+            PlanError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Why a read of a source cannot be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// The source was truncated or modified in place since this version was found.
+    Changed,
+    /// Reading the source failed.
+    Io,
+}
