@@ -3,8 +3,7 @@
 //! Every expectation comes from the spec and from the fixtures the tests write themselves (or the
 //! source files read directly), never from tensormount's own output.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashSet;
 use std::ffi::CString;

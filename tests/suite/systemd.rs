@@ -1,8 +1,6 @@
 //! systemd and mount(8) integration: the unit file, sd_notify readiness, --log-file, the mount
 //! helper's calling conventions and the fstab generator's view of a tensormount line.
 
-mod common;
-
 use std::fs;
 use std::io::ErrorKind;
 use std::os::linux::net::SocketAddrExt;
@@ -11,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn example() -> PathBuf {
     fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny-model")).unwrap()

@@ -3,8 +3,7 @@
 //! mounts, real writers (the official safetensors writer), waits on the root's refresh generation
 //! (never bare sleeps), in inotify and poll modes where they differ.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::ffi::CString;
 use std::fs::{self, File};

@@ -5,8 +5,7 @@
 //! Expectations come from the README and from the reference implementation's rules; the official
 //! Python package is the outside oracle for which rule a file breaks.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::{CString, OsStr, OsString};

@@ -1,8 +1,7 @@
 //! The command line and the daemon's life cycle, checked with real mounts: background and
 //! foreground mounts, signals, errors, mount options, `--list`, mount(8) and fstab, auto_unmount.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs::{self, File};
 use std::io::Read;

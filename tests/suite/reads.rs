@@ -2,8 +2,7 @@
 //! pread at random places and past the end, mmap, concurrent readers, and numpy plus the official
 //! safetensors reader as the oracle.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use std::os::unix::fs::FileExt;

@@ -3,8 +3,7 @@
 //! the venv's `tensormount` mounts the bundled example, checked against the official reader.
 //! Needs root, FUSE, the oracle's Python and `maturin` in it (`tests/run` installs it).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use std::path::Path;

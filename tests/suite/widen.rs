@@ -3,8 +3,7 @@
 //! included), `ml_dtypes`/numpy's `astype` must give exactly the bytes tensormount presents, also
 //! for reads starting and ending in the middle of an element.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use tensormount::format::Dtype;

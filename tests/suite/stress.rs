@@ -1,8 +1,7 @@
 //! Stress: 16 readers doing random reads of a sharded model's merged tensor directory, every byte
 //! checked. `TENSORMOUNT_STRESS_SECS` sets the duration (default 3 s; the opt-in long run is 30).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;

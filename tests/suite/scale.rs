@@ -1,8 +1,7 @@
 //! Scale: thousands of shards under a low descriptor limit, and a 100 GB model that mounts without
 //! its data being read.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use std::os::unix::process::CommandExt;

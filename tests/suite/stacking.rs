@@ -1,8 +1,7 @@
 //! Shared storage is often FUSE itself: tensormount stacked on a FUSE mount (the directory mirror of
 //! a first tensormount) serves every tensor correctly.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use std::path::Path;

@@ -10,8 +10,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
-
 use clap_complete::Shell;
 use tensormount::cli::{self, IGNORED, MOUNT_OPTIONS};
 
@@ -100,7 +98,7 @@ fn the_man_page_is_generated_from_the_command_line_and_renders_without_warnings(
             "{section}"
         );
     }
-    common::require_tools(&["groff"]);
+    crate::common::require_tools(&["groff"]);
     let out = Command::new("groff")
         .args(["-ww", "-man", "-Tutf8", "-z"])
         .arg(repo("doc/tensormount.8"))

@@ -2,8 +2,7 @@
 //! the GPU loader) run against the mounted example model, and each line they print is compared with
 //! one computed by the official Python safetensors reader from the source files, never the mount.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -14,8 +14,7 @@
 //! fails the test, naming `tests/run`, which installs them all. The tests of this file run one at a time,
 //! so that the stall tests' limits are not spent waiting on another test's I/O.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};

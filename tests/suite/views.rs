@@ -2,8 +2,7 @@
 //! `-o layout=tree` (tensor names split into directories). numpy and the official safetensors
 //! reader are the oracles; expected paths are written out by hand from the README's rules.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,8 +2,7 @@
 //! a leased source, other users with `allow_other`, a million tensors within a memory budget, and
 //! SIGTERM while readers are busy.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::fs::{self, File};
 use std::io::{self, Write};

@@ -1,0 +1,42 @@
+//! The integration tests: one binary, a module per theme. They mount for real (as root, with
+//! `/dev/fuse`), read through the mount with the real tools (`ls`, `stat`, `dd`, `getfattr`, numpy,
+//! the official `safetensors`), and compare bytes with independent readers. Helpers, shared with
+//! the benchmark, are in `tests/common/`. `tests/run --test suite THEME::` runs one theme.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+/// Sources on other FUSE filesystems and network backends.
+mod backends;
+/// The command line, daemonising, signals, mount(8) and fstab.
+mod cli;
+/// The man page and completions, generated from the command line.
+mod docs;
+/// Invalid, truncated and malicious sources.
+mod hostile;
+/// The source tree's layering: no import cycle among the files of `src/`.
+mod layering;
+/// The example loaders (C++, Java, JavaScript, Python, the GPU path) on a mount.
+mod loaders;
+/// The Debian package and the wheel.
+mod packaging;
+/// Reads: every path a read takes, against the source's bytes.
+mod reads;
+/// Sources that change while mounted.
+mod refresh;
+/// Stalls, deaths, changed sources and leases.
+mod reliability;
+/// Many files, few descriptors.
+mod scale;
+/// A mount of a mount.
+mod stacking;
+/// Concurrency, and memory that stays flat.
+mod stress;
+/// systemd: readiness, units, fstab generator.
+mod systemd;
+/// The tree a mount shows: mirrored directories, tensor directories, sets, links, attributes.
+mod tree;
+/// Names and views: escaping, `-o npy`, `-o layout=tree`.
+mod views;
+/// `-o dtype=f32|f64`.
+mod widen;
