@@ -698,3 +698,6 @@ fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (In
         .filter_map(|&c| Some((c, &snapshot.node(c)?.name[..])));
     Some(dots.into_iter().chain(named))
 }
+
+#[cfg(test)]
+mod tests;

@@ -47,6 +47,6 @@ pub mod run;
 pub mod source;
 mod sys;
 #[cfg(test)]
-mod test_dir;
+mod testing;
 mod unmount;
 pub mod widen;

@@ -171,6 +171,14 @@ impl Handle {
     }
 }
 
+#[cfg(test)]
+impl Handle {
+    /// A handle on no refresh thread: every question is answered "nothing changed" at once.
+    pub fn unanswered(sources: Sources) -> Handle {
+        channel(sources).0
+    }
+}
+
 /// The inotify instance for `settings`, if they use one; made before the daemon forks, with the
 /// rest of what following SOURCE needs (see `Follow`).
 pub fn inotify_for(settings: &Settings) -> Option<io::Result<Inotify>> {

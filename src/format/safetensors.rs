@@ -116,7 +116,7 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 mod tests {
     use super::*;
     use crate::format::{Dtype, rule_name};
-    use crate::test_dir::TempDir;
+    use crate::testing::TempDir;
     use std::io::{self, Write};
     use std::path::PathBuf;
 

@@ -23,29 +23,7 @@ pub(super) use crate::namespace::sets;
 pub(super) use crate::namespace::*;
 pub(super) use crate::source::Sources;
 
-pub(super) use crate::test_dir::TempDir as Dir;
-
-/// A safetensors file of U8 tensors, each filled with its byte.
-pub(super) fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for &(name, len, byte) in tensors {
-        let begin = data.len();
-        data.extend(std::iter::repeat_n(byte, len));
-        header.insert(
-            name.into(),
-            serde_json::json!({"dtype": "U8", "shape": [len], "data_offsets": [begin, data.len()]}),
-        );
-    }
-    let mut json = serde_json::to_string(&header).unwrap();
-    while !(8 + json.len()).is_multiple_of(8) {
-        json.push(' ');
-    }
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(json.as_bytes());
-    out.extend_from_slice(&data);
-    out
-}
+pub(super) use crate::testing::{TempDir as Dir, st};
 
 /// Writes `bytes` to a temporary name and renames it to `path`, as publishers do.
 pub(super) fn publish(path: &Path, bytes: &[u8]) {

@@ -1,0 +1,58 @@
+//! Helpers of the unit tests: temporary directories, removed on drop, and safetensors files.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new empty directory, named after `tag`, this process and a counter.
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "tm-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A safetensors file of U8 tensors (name, length, the byte every element is), in that order, its
+/// header padded to 8 bytes as the official writer pads it.
+pub fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for &(name, len, byte) in tensors {
+        let begin = data.len();
+        data.extend(std::iter::repeat_n(byte, len));
+        header.insert(
+            name.into(),
+            serde_json::json!({"dtype": "U8", "shape": [len], "data_offsets": [begin, data.len()]}),
+        );
+    }
+    let mut json = serde_json::to_string(&header).unwrap();
+    while !(8 + json.len()).is_multiple_of(8) {
+        json.push(' ');
+    }
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(json.as_bytes());
+    out.extend_from_slice(&data);
+    out
+}
