@@ -48,5 +48,6 @@ pub mod source;
 mod sys;
 #[cfg(test)]
 mod testing;
+mod tuning;
 mod unmount;
 pub mod widen;

@@ -124,6 +124,62 @@ fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
     h
 }
 
+/// The escaping rules as a table (tensor name, file name, rule), written out by hand from
+/// `doc/layout.md`: the unit tests of names and of the namespace's tensor directories share it.
+#[cfg(test)]
+pub const ESCAPES: &[(&str, &str, &str)] = &[
+    (
+        "model.layers.0.weight",
+        "model.layers.0.weight",
+        "unchanged",
+    ),
+    ("a/b", "a%2Fb", "`/` is %2F"),
+    ("/a/", "%2Fa%2F", "every `/`, at either end"),
+    ("//", "%2F%2F", "a name of only slashes"),
+    ("100%", "100%25", "`%` is %25"),
+    ("%", "%25", "a lone `%` is escaped, not the empty name"),
+    ("%2F", "%252F", "an escape-looking name escapes its `%`"),
+    (
+        "%#",
+        "%25#",
+        "the shortening marker cannot come from escaping",
+    ),
+    ("a\0b", "a%00b", "NUL is %00"),
+    ("\0", "%00", "a lone NUL"),
+    (".", "%2E", "exactly `.`"),
+    ("..", "%2E%2E", "exactly `..`"),
+    ("...", "...", "three dots is a valid file name"),
+    (
+        "./",
+        ".%2F",
+        "only the exact names `.` and `..` are special",
+    ),
+    (
+        "../x",
+        "..%2Fx",
+        "`..` as a prefix is harmless once `/` is escaped",
+    ),
+    ("", "%", "the empty name"),
+    ("a\nb", "a\nb", "newlines unchanged"),
+    (
+        "\t\r\x01\x7f",
+        "\t\r\x01\x7f",
+        "control characters unchanged",
+    ),
+    (" ", " ", "a space"),
+    ("é.ünïcode", "é.ünïcode", "non-ASCII unchanged"),
+    (
+        "\u{202e}gnp.exe",
+        "\u{202e}gnp.exe",
+        "bidi override unchanged",
+    ),
+    (
+        "__metadata__.x",
+        "__metadata__.x",
+        "only __metadata__ itself is reserved",
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,61 +285,8 @@ mod rule_tables {
     }
 
     #[test]
-    fn escaping_follows_the_readme_table() {
-        // (tensor name, file name, rule)
-        let table: &[(&str, &str, &str)] = &[
-            (
-                "model.layers.0.weight",
-                "model.layers.0.weight",
-                "unchanged",
-            ),
-            ("a/b", "a%2Fb", "`/` is %2F"),
-            ("/a/", "%2Fa%2F", "every `/`, at either end"),
-            ("//", "%2F%2F", "a name of only slashes"),
-            ("100%", "100%25", "`%` is %25"),
-            ("%", "%25", "a lone `%` is escaped, not the empty name"),
-            ("%2F", "%252F", "an escape-looking name escapes its `%`"),
-            (
-                "%#",
-                "%25#",
-                "the shortening marker cannot come from escaping",
-            ),
-            ("a\0b", "a%00b", "NUL is %00"),
-            ("\0", "%00", "a lone NUL"),
-            (".", "%2E", "exactly `.`"),
-            ("..", "%2E%2E", "exactly `..`"),
-            ("...", "...", "three dots is a valid file name"),
-            (
-                "./",
-                ".%2F",
-                "only the exact names `.` and `..` are special",
-            ),
-            (
-                "../x",
-                "..%2Fx",
-                "`..` as a prefix is harmless once `/` is escaped",
-            ),
-            ("", "%", "the empty name"),
-            ("a\nb", "a\nb", "newlines unchanged"),
-            (
-                "\t\r\x01\x7f",
-                "\t\r\x01\x7f",
-                "control characters unchanged",
-            ),
-            (" ", " ", "a space"),
-            ("é.ünïcode", "é.ünïcode", "non-ASCII unchanged"),
-            (
-                "\u{202e}gnp.exe",
-                "\u{202e}gnp.exe",
-                "bidi override unchanged",
-            ),
-            (
-                "__metadata__.x",
-                "__metadata__.x",
-                "only __metadata__ itself is reserved",
-            ),
-        ];
-        for &(name, want, why) in table {
+    fn escaping_follows_the_documented_table() {
+        for &(name, want, why) in ESCAPES {
             assert_eq!(escape(name), want, "{name:?}: {why}");
             assert_eq!(
                 Shortener::default().file_name(name),

@@ -10,11 +10,12 @@ use clap::FromArgMatches;
 use crate::cli::{self, Args, MountOptions};
 use crate::clock::Clock;
 use crate::daemon::{self, Serve};
-use crate::fs::{Live, TensorFs, Tuning};
+use crate::fs::{Live, TensorFs};
 use crate::fuse::Fuse;
 use crate::namespace::{Namespace, Options, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
+use crate::tuning::Tuning;
 use crate::{listing, logging, sys, unmount};
 
 /// `tensormount`'s `main`: exit 0 once mounted (or listed), 1 with a message on stderr otherwise.

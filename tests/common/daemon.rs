@@ -406,12 +406,18 @@ impl Daemon {
     /// SIGTERM, then asserts exit 0 and that the mount is gone; returns the daemon's stderr.
     pub fn stop(&mut self) -> String {
         self.signal(libc::SIGTERM);
+        self.exits_zero("after SIGTERM")
+    }
+
+    /// Waits for the daemon to exit, and asserts that it exits 0 (`when`, for the message) and
+    /// leaves no mount; returns its stderr.
+    pub fn exits_zero(&mut self, when: &str) -> String {
         let st = self.wait(Duration::from_secs(30));
         let err = self.stderr();
         assert_eq!(
             st.code(),
             Some(0),
-            "daemon exit after SIGTERM: {st}; stderr:\n{err}"
+            "daemon exit {when}: {st}; stderr:\n{err}"
         );
         assert!(
             !is_mounted(&self.mnt),

@@ -89,6 +89,35 @@ pub struct T<'a> {
     pub data: Vec<u8>,
 }
 
+/// A tensor of a fixture that the test keeps, bytes and all, to check what the mount serves.
+pub struct Tensor {
+    pub name: String,
+    pub dtype: &'static str,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl Tensor {
+    pub fn as_t(&self) -> T<'_> {
+        T {
+            name: &self.name,
+            dtype: self.dtype,
+            shape: &self.shape,
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// [`write_safetensors`] of kept tensors.
+pub fn write_tensors<'a>(
+    path: &Path,
+    tensors: impl IntoIterator<Item = &'a Tensor>,
+    metadata: Option<&[(&str, &str)]>,
+) {
+    let ts: Vec<T<'_>> = tensors.into_iter().map(Tensor::as_t).collect();
+    write_safetensors(path, &ts, metadata);
+}
+
 /// The tests' own safetensors writer: the tensors' bytes as given (their length need not match
 /// the shape).
 pub fn write_safetensors(path: &Path, tensors: &[T<'_>], metadata: Option<&[(&str, &str)]>) {
@@ -108,6 +137,24 @@ pub fn write_safetensors(path: &Path, tensors: &[T<'_>], metadata: Option<&[(&st
         .flat_map(|t| t.data.iter().copied())
         .collect();
     write_raw(path, &json, &data);
+}
+
+/// Writes an index at `path`: `metadata` if given, and the shard of each tensor.
+pub fn write_index<'a>(
+    path: &Path,
+    metadata: Option<serde_json::Value>,
+    map: impl IntoIterator<Item = (&'a str, &'a str)>,
+) {
+    let weight_map: serde_json::Map<String, serde_json::Value> = map
+        .into_iter()
+        .map(|(t, s)| (t.to_string(), serde_json::Value::from(s)))
+        .collect();
+    let mut top = serde_json::Map::new();
+    if let Some(m) = metadata {
+        top.insert("metadata".into(), m);
+    }
+    top.insert("weight_map".into(), weight_map.into());
+    fs::write(path, serde_json::to_vec_pretty(&top).unwrap()).unwrap();
 }
 
 /// A file made of an 8-byte length, `header` and `data`: for malformed files.

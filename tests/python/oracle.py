@@ -18,6 +18,10 @@ Run with the venv python ($TENSORMOUNT_PYTHON), which has the official
   oracle.py widen DTYPE TARGET IN OUT   ml_dtypes/numpy's widening of the stored
                                         elements in file IN (safetensors DTYPE) to
                                         TARGET (F32 or F64), written to OUT
+  oracle.py loader-lines MODEL NAME...  for each tensor NAME of the sharded MODEL (by its
+            [--widen]                   index), the line the example loaders print and the
+                                        shell loader's, tab-separated; with --widen, as
+                                        -o dtype=f32 presents the tensors
 
 SRC is a .safetensors file or a directory; for a directory every *.safetensors
 file directly inside it is used (tensor names must be unique across them).
@@ -322,19 +326,74 @@ ML_DTYPES = {
 }
 
 
-def widen(dtype, target, src, out):
+def widened(dtype, data, target):
+    """The stored elements `data` (bytes of safetensors DTYPE) widened to TARGET by ml_dtypes."""
     import ml_dtypes
     if dtype == "F4":
         # Two elements a byte, the first in the low nibble (PyTorch's float4_e2m1fn_x2);
         # ml_dtypes keeps one float4_e2m1fn a byte, in its low 4 bits.
-        packed = np.fromfile(src, dtype=np.uint8)
+        packed = np.frombuffer(data, dtype=np.uint8)
         codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)
         stored = codes.view(ml_dtypes.float4_e2m1fn)
     elif dtype in ML_DTYPES:
-        stored = np.fromfile(src, dtype=getattr(ml_dtypes, ML_DTYPES[dtype]))
+        stored = np.frombuffer(data, dtype=getattr(ml_dtypes, ML_DTYPES[dtype]))
     else:
-        stored = np.fromfile(src, dtype=np.dtype(NUMPY[dtype]))
-    stored.astype({"F32": "<f4", "F64": "<f8"}[target]).tofile(out)
+        stored = np.frombuffer(data, dtype=np.dtype(NUMPY[dtype]))
+    return stored.astype({"F32": "<f4", "F64": "<f8"}[target])
+
+
+def widen(dtype, target, src, out):
+    with open(src, "rb") as f:
+        widened(dtype, f.read(), target).tofile(out)
+    return 0
+
+
+LOADER_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64",
+                 "int32": "I32", "uint8": "U8", "bool": "BOOL"}
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def loader_lines(model, names, widen_floats):
+    """What examples/loaders print for each tensor (name, dtype, shape, FNV-1a 64 of the bytes,
+    the first values exactly), read from the shards with safe_open (BF16, which numpy lacks, from
+    the raw bytes at the header's offsets); with `widen_floats`, BF16 and F16 as float32."""
+    from decimal import Decimal
+
+    def text(v):
+        if isinstance(v, (float, np.floating)):
+            return format(Decimal(float(v) + 0.0), "f")
+        return str(int(v))
+
+    with open(os.path.join(model, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    for name in names:
+        shard = os.path.join(model, weight_map[name])
+        start, header = read_header(shard)
+        info = header[name]
+        shape = info["shape"]
+        if info["dtype"] == "BF16":
+            begin, end = info["data_offsets"]
+            with open(shard, "rb") as fh:
+                fh.seek(start + begin)
+                raw = fh.read(end - begin)
+            values = widened("BF16", raw, "F32")
+            dtype = "BF16"
+        else:
+            with safe_open(shard, framework="numpy") as f:
+                values = f.get_tensor(name)
+            dtype, raw = LOADER_DTYPES[values.dtype.name], le_bytes(values)
+        if widen_floats and dtype in ("BF16", "F16"):
+            values = values.astype("<f4")
+            dtype, raw = "F32", le_bytes(values)
+        first = ",".join(text(v) for v in values.reshape(-1)[:4])
+        head = f"{name} {dtype} {json.dumps(shape, separators=(',', ':'))} fnv1a64={fnv1a64(raw)}"
+        print(f"{head} first={first}\t{head} head={raw[:8].hex()}")
     return 0
 
 
@@ -359,6 +418,10 @@ def main():
     p = sub.add_parser("widen")
     for a in ("dtype", "target", "src", "out"):
         p.add_argument(a)
+    p = sub.add_parser("loader-lines")
+    p.add_argument("--widen", action="store_true")
+    p.add_argument("model")
+    p.add_argument("names", nargs="+")
     args = parser.parse_args()
 
     if args.cmd == "write-fixtures":
@@ -369,6 +432,8 @@ def main():
         return save(args.path, args.seed, args.names)
     if args.cmd == "widen":
         return widen(args.dtype, args.target, args.src, args.out)
+    if args.cmd == "loader-lines":
+        return loader_lines(args.model, args.names, args.widen)
     if args.cmd == "hf-cache":
         from pathlib import Path
         return hf_cache(Path(args.cache), args.repo_ids)

@@ -41,22 +41,27 @@ fn require(tools: &[&str]) {
 
 // ------------------------------------------------------------------------------------ fixtures
 
-struct Tensor {
-    name: String,
-    dtype: &'static str,
-    shape: Vec<usize>,
-    data: Vec<u8>,
+/// A tensor of the model, and where it is.
+struct Placed {
+    tensor: Tensor,
     /// The file name of its shard.
     shard: String,
     /// Absolute offset of its first byte in the shard.
     offset: u64,
 }
 
+impl std::ops::Deref for Placed {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
 /// A model directory written by this test: its tensors, with their bytes, and its files.
 struct Model {
     dir: PathBuf,
     shards: Vec<String>,
-    tensors: Vec<Tensor>,
+    tensors: Vec<Placed>,
     /// Every regular file of the directory (shards, index, config.json).
     files: Vec<String>,
 }
@@ -66,7 +71,7 @@ impl Model {
         self.shards.len() > 1
     }
 
-    fn tensors_of<'a>(&'a self, shard: &'a str) -> impl Iterator<Item = &'a Tensor> + 'a {
+    fn tensors_of<'a>(&'a self, shard: &'a str) -> impl Iterator<Item = &'a Placed> + 'a {
         self.tensors.iter().filter(move |t| t.shard == shard)
     }
 }
@@ -116,26 +121,20 @@ fn write_model(
             };
             weight_map.insert(name.clone(), shard.clone().into());
             total += len;
-            model.tensors.push(Tensor {
-                name,
-                dtype,
-                shape,
-                data: bytes(len, 1000 + i as u64),
+            model.tensors.push(Placed {
+                tensor: Tensor {
+                    name,
+                    dtype,
+                    shape,
+                    data: bytes(len, 1000 + i as u64),
+                },
                 shard: shard.clone(),
                 offset: 0,
             });
         }
-        let ts: Vec<T<'_>> = model.tensors[first..]
-            .iter()
-            .map(|t| T {
-                name: &t.name,
-                dtype: t.dtype,
-                shape: &t.shape,
-                data: t.data.clone(),
-            })
-            .collect();
         let path = dir.join(&shard);
-        write_safetensors(&path, &ts, Some(&[("format", "pt")]));
+        let written = model.tensors[first..].iter().map(|t| &t.tensor);
+        write_tensors(&path, written, Some(&[("format", "pt")]));
         // The absolute offsets, from the header as written.
         let mut head = [0u8; 8];
         File::open(&path).unwrap().read_exact(&mut head).unwrap();
@@ -199,7 +198,7 @@ fn listing(dir: &Path) -> BTreeSet<String> {
 /// source and offset attributes), and every mirrored file. Returns the number of files read.
 fn check_tree(mnt: &Path, source: &Path, model: &Model) -> usize {
     let mut read_files = 0;
-    let mut dirs: Vec<(PathBuf, Vec<&Tensor>)> = Vec::new();
+    let mut dirs: Vec<(PathBuf, Vec<&Placed>)> = Vec::new();
     for shard in &model.shards {
         let stem = shard.trim_end_matches(".safetensors");
         dirs.push((
@@ -438,7 +437,7 @@ fn check_stall(
 ) {
     const LIMIT: Duration = Duration::from_secs(1);
     let dir = mnt.join("model.tensors");
-    let path_of = |t: &Tensor| dir.join(escaped(&t.name));
+    let path_of = |t: &Placed| dir.join(escaped(&t.name));
 
     let cached = &model.tensors[cached];
     same("cached tensor", &read(&path_of(cached)), &cached.data);

@@ -4,7 +4,6 @@
 use crate::common::*;
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -408,59 +407,6 @@ fn foreground_sigint_unmounts_and_exits_0() {
 fn foreground_umount_exits_0() {
     require_fuse();
     foreground_ends_on("umount");
-}
-
-#[test]
-#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn foreground_sigterm_with_open_file_detaches_and_serves_until_closed() {
-    require_fuse();
-    let tmp = TempDir::new("fgopen");
-    let src = tmp.join("one.safetensors");
-    let data = bytes(64 * 1024, 99);
-    write_safetensors(
-        &src,
-        &[T {
-            name: "w",
-            dtype: "U8",
-            shape: &[64 * 1024],
-            data: data.clone(),
-        }],
-        None,
-    );
-    // A few rounds: the end after the last close is where races show.
-    for round in 0..3 {
-        let mnt = fs::canonicalize(tmp.path())
-            .unwrap()
-            .join(format!("mnt{round}"));
-        fs::create_dir(&mnt).unwrap();
-        let mut fg = Daemon::start(&src, &mnt, &[], &mnt.with_extension("log"), |_| {}).unwrap();
-        fg.wait_mounted(Duration::from_secs(10)).unwrap();
-
-        // Opened, not read yet: every byte read below must come from the daemon after the signal.
-        let mut held = File::open(mnt.join("w")).unwrap();
-        fg.signal(libc::SIGTERM);
-        wait_for("the lazy detach", || !is_mounted(&mnt));
-        let mut got = Vec::new();
-        held.read_to_end(&mut got).unwrap();
-        assert!(
-            got == data,
-            "round {round}: held file read wrong bytes after detach"
-        );
-        assert!(
-            fg.running(),
-            "round {round}: daemon exited while a file was still open"
-        );
-
-        drop(held);
-        let st = fg.wait(Duration::from_secs(10));
-        let err = fg.stderr();
-        assert_eq!(
-            st.code(),
-            Some(0),
-            "round {round}: exit after the last close: {st}; stderr:\n{err}"
-        );
-        assert!(!is_mounted(&mnt));
-    }
 }
 
 #[test]

@@ -605,6 +605,10 @@ enum Setup {
     Shard2Dir,
     /// SHARD2 is a FIFO; the index is the valid one.
     Shard2Fifo,
+    /// SHARD2 is missing; the index is the valid one.
+    Shard2Missing,
+    /// SHARD1 also holds `extra`, which the valid index does not list.
+    Shard1Extra,
 }
 
 fn valid_index_text() -> String {
@@ -660,6 +664,14 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
         ),
         ("shard is a directory", Setup::Shard2Dir),
         ("shard is a FIFO", Setup::Shard2Fifo),
+        ("shard is missing", Setup::Shard2Missing),
+        (
+            "tensor absent from its shard",
+            Setup::Index(wm(&format!(
+                r#"{{"t":"{SHARD1}","u":"{SHARD2}","ghost":"{SHARD1}"}}"#
+            ))),
+        ),
+        ("shard tensor missing from the index", Setup::Shard1Extra),
         (
             "tensor listed twice, same shard",
             Setup::Index(wm(&format!(
@@ -699,12 +711,19 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
     for (i, (what, setup)) in cases.iter().enumerate() {
         let d = tmp.join(format!("case{i}"));
         fs::create_dir(&d).unwrap();
-        write_safetensors(&d.join(SHARD1), &[u8t("t", 4, 1)], None);
+        let extra = matches!(setup, Setup::Shard1Extra);
+        let shard1 = [u8t("t", 4, 1), u8t("extra", 4, 3)];
+        write_safetensors(&d.join(SHARD1), &shard1[..1 + extra as usize], None);
         let index_text = match setup {
             Setup::Index(text) => {
                 write_safetensors(&d.join(SHARD2), &[u8t("u", 4, 2)], None);
                 text.clone()
             }
+            Setup::Shard1Extra => {
+                write_safetensors(&d.join(SHARD2), &[u8t("u", 4, 2)], None);
+                valid_index_text()
+            }
+            Setup::Shard2Missing => valid_index_text(),
             Setup::Shard2Dir => {
                 fs::create_dir(d.join(SHARD2)).unwrap();
                 write_safetensors(
@@ -732,14 +751,14 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
         };
         let mut want = set(&[SHARD1, "model-00001-of-00002.tensors", INDEX]);
         match setup {
-            Setup::Index(_) => {
+            Setup::Index(_) | Setup::Shard1Extra => {
                 want.insert(SHARD2.into());
                 want.insert("model-00002-of-00002.tensors".into());
             }
             Setup::Shard2Dir => {
                 want.insert(SHARD2.into());
             }
-            Setup::Shard2Fifo => {}
+            Setup::Shard2Fifo | Setup::Shard2Missing => {}
         }
         let got = listing_set(&m.dir);
         if got != want {
@@ -752,7 +771,7 @@ fn hostile_indexes_leave_their_set_out_and_fail_strict_mounts() {
         {
             failures.push(format!("{what}: shard 1's tensor not served"));
         }
-        if let Setup::Index(_) = setup
+        if let Setup::Index(_) | Setup::Shard1Extra = setup
             && fs::read(m.path("model-00002-of-00002.tensors/u"))
                 .ok()
                 .as_ref()

@@ -19,66 +19,6 @@ const TENSORS: &[&str] = &[
     "model.rotary.inv_freq_i32",               // I32 [16]
 ];
 
-/// Reads the tensors from the shards named by the index with `safetensors.safe_open` (raw bytes
-/// from the header's offsets for BF16, which numpy lacks) and prints, tab-separated, the loaders'
-/// line and the shell loader's line for each. With `--widen`, BF16 and F16 tensors are described
-/// as the float32 arrays `-o dtype=f32` presents (numpy's `astype`, a shift for BF16).
-const ORACLE: &str = r#"
-import json, os, struct, sys
-from decimal import Decimal
-import numpy as np
-from safetensors import safe_open
-
-widen = sys.argv[1] == "--widen"
-model, names = sys.argv[1 + widen], sys.argv[2 + widen:]
-weight_map = json.load(open(os.path.join(model, "model.safetensors.index.json")))["weight_map"]
-DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
-          "uint8": "U8", "bool": "BOOL"}
-
-def fnv1a64(data):
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
-
-def text(v):
-    if isinstance(v, (float, np.floating)):
-        return format(Decimal(float(v) + 0.0), "f")
-    return str(int(v))
-
-for name in names:
-    shard = os.path.join(model, weight_map[name])
-    with safe_open(shard, framework="numpy") as f:
-        assert name in f.keys()
-        try:
-            a = f.get_tensor(name)
-        except Exception:
-            a = None
-    if a is None:
-        with open(shard, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            info = json.loads(fh.read(n))[name]
-            assert info["dtype"] == "BF16", info
-            begin, end = info["data_offsets"]
-            fh.seek(8 + n + begin)
-            raw = fh.read(end - begin)
-        dtype, shape = "BF16", info["shape"]
-        floats = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-        first = [text(v) for v in floats[:4]]
-        if widen:
-            dtype, raw = "F32", floats.astype("<f4").tobytes()
-    elif widen and a.dtype == np.float16:
-        dtype, shape = "F32", list(a.shape)
-        raw = a.astype("<f4").tobytes()
-        first = [text(v) for v in a.reshape(-1)[:4]]
-    else:
-        dtype, shape = DTYPES[a.dtype.name], list(a.shape)
-        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
-        first = [text(v) for v in a.reshape(-1)[:4]]
-    head = f"{name} {dtype} {json.dumps(shape, separators=(',', ':'))} fnv1a64={fnv1a64(raw)}"
-    print(f"{head} first={','.join(first)}\t{head} head={raw[:8].hex()}")
-"#;
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -95,20 +35,18 @@ fn have(tool: &str, version_arg: &str) {
     );
 }
 
-/// The oracle's lines: (loaders' format, shell loader's format); `widen`: as `-o dtype=f32`
-/// presents the tensors.
+/// The oracle's lines, read from the source files with the official reader: (loaders' format,
+/// shell loader's format); `widen`: as `-o dtype=f32` presents the tensors.
 fn expected(py: &Path, widen: bool) -> (String, String) {
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(ORACLE)
-        .args(widen.then_some("--widen"))
-        .arg(root().join("examples/tiny-model"))
-        .args(TENSORS)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "oracle failed: {}", stderr(&out));
+    let model = root().join("examples/tiny-model");
+    let mut args = vec!["loader-lines"];
+    if widen {
+        args.push("--widen");
+    }
+    args.push(s(&model));
+    args.extend_from_slice(TENSORS);
     let (mut common, mut shell) = (String::new(), String::new());
-    for line in stdout(&out).lines() {
+    for line in oracle(py, &args).lines() {
         let (c, s) = line.split_once('\t').unwrap();
         common += &format!("{c}\n");
         shell += &format!("{s}\n");

@@ -5,7 +5,7 @@
 use crate::common::*;
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -1011,35 +1011,43 @@ fn one_million_tensors_mount_within_memory_budget() {
 // 5. SIGTERM while readers are busy
 // ---------------------------------------------------------------------------------------------
 
+/// SIGTERM with files open, some being read, one not read yet: the mount is detached at once,
+/// every read (those of the unread file included, all after the signal) gets the right bytes
+/// until the last file closes, and only then does the daemon exit 0. A few rounds: the end after
+/// the last close is where races show.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
-fn sigterm_with_busy_readers_detaches_and_exits_zero() {
+fn sigterm_with_busy_readers_detaches_serves_until_the_last_close_and_exits_zero() {
     require_fuse();
     let tmp = TempDir::new("busy");
     let src = tmp.join("busy.safetensors");
-    let data: Vec<Vec<u8>> = (0..4).map(|t| bytes(4 << 20, 100 + t)).collect();
-    let names: Vec<String> = (0..4).map(|t| format!("w{t}")).collect();
-    let list: Vec<T<'_>> = (0..4)
-        .map(|t| T {
-            name: &names[t],
+    let tensors: Vec<Tensor> = (0..4)
+        .map(|t| Tensor {
+            name: format!("w{t}"),
             dtype: "U8",
-            shape: &[4 << 20],
-            data: data[t].clone(),
+            shape: vec![4 << 20],
+            data: bytes(4 << 20, 100 + t),
         })
         .collect();
-    write_safetensors(&src, &list, None);
-    drop(list);
-    let data = Arc::new(data);
+    write_tensors(&src, &tensors, None);
+    let data = Arc::new(tensors.into_iter().map(|t| t.data).collect::<Vec<_>>());
+    for round in 0..3 {
+        busy_round(&tmp, &src, &data, round);
+    }
+}
 
-    let mnt = mountpoint(&tmp, "mnt");
-    let log = tmp.join("daemon.log");
-    let (mut daemon, _) = Daemon::spawn(&src, &mnt, &[], &log, Duration::from_secs(30));
+fn busy_round(tmp: &TempDir, src: &Path, data: &Arc<Vec<Vec<u8>>>, round: usize) {
+    let mnt = mountpoint(tmp, &format!("mnt{round}"));
+    let log = tmp.join(format!("daemon{round}.log"));
+    let (mut daemon, _) = Daemon::spawn(src, &mnt, &[], &log, Duration::from_secs(30));
 
     let detached = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let after_detach = Arc::new(AtomicU64::new(0));
     let total = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    // Opened, never read before the signal: every byte of it comes from the daemon after it.
+    let mut unread = File::open(mnt.join("w3")).unwrap();
     // Every reader holds all four files open before the signal.
     let held: Vec<Vec<File>> = (0..4)
         .map(|_| {
@@ -1065,7 +1073,7 @@ fn sigterm_with_busy_readers_detaches_and_exits_zero() {
                 let mut buf = vec![0u8; 256 << 10];
                 while !stop.load(Ordering::SeqCst) {
                     let was_detached = detached.load(Ordering::SeqCst);
-                    let t = rng.below(4) as usize;
+                    let t = rng.below(3) as usize;
                     let f = &files[t];
                     drop_cache(f);
                     let off = rng.below(4 << 20) as usize;
@@ -1098,6 +1106,12 @@ fn sigterm_with_busy_readers_detaches_and_exits_zero() {
     daemon.signal(libc::SIGTERM);
     wait_for("the lazy detach", || !is_mounted(&mnt));
     detached.store(true, Ordering::SeqCst);
+    let mut whole = Vec::new();
+    unread.read_to_end(&mut whole).unwrap();
+    assert!(
+        whole == data[3],
+        "round {round}: the file opened before the signal read wrong bytes after the detach"
+    );
     std::thread::sleep(Duration::from_millis(700));
     let alive = daemon.running();
     let served_after = after_detach.load(Ordering::SeqCst);
@@ -1106,30 +1120,27 @@ fn sigterm_with_busy_readers_detaches_and_exits_zero() {
         r.join().unwrap();
     }
     println!(
-        "busy: {before} reads before SIGTERM, {served_after} after the detach, {} in all",
+        "busy round {round}: {before} reads before SIGTERM, {served_after} after the detach, {} \
+         in all",
         total.load(Ordering::SeqCst)
     );
     let failures = failures.lock().unwrap();
     assert!(
         failures.is_empty(),
-        "{} failed reads, first ones:\n{}",
+        "round {round}: {} failed reads, first ones:\n{}",
         failures.len(),
         failures[..failures.len().min(10)].join("\n")
     );
     assert!(
-        alive,
-        "daemon exited while files were still open: {}",
+        alive && daemon.running(),
+        "round {round}: daemon exited while files were still open: {}",
         daemon.stderr()
     );
-    assert!(before > 0, "no read before SIGTERM");
-    assert!(served_after > 0, "no read served after the detach");
-
-    let st = daemon.wait(Duration::from_secs(10));
-    let err = daemon.stderr();
-    assert_eq!(
-        st.code(),
-        Some(0),
-        "exit after the last close: {st}; stderr:\n{err}"
+    assert!(before > 0, "round {round}: no read before SIGTERM");
+    assert!(
+        served_after > 0,
+        "round {round}: no read served after the detach"
     );
-    assert!(!is_mounted(&mnt));
+    drop(unread);
+    daemon.exits_zero("after the last close");
 }

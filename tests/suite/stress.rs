@@ -15,14 +15,6 @@ const SHARDS: usize = 4;
 const SHARD_DATA: usize = 16 << 20;
 const READERS: usize = 16;
 
-/// One tensor of the model: name, dtype, shape and bytes.
-struct Tensor {
-    name: String,
-    dtype: &'static str,
-    shape: Vec<usize>,
-    data: Vec<u8>,
-}
-
 /// The tensors of one shard: tiny and empty ones, odd sizes (so most tensors start at odd
 /// offsets), a few of several MB, and many small ones, filling exactly `SHARD_DATA` bytes.
 fn shard_tensors(s: usize) -> Vec<Tensor> {
@@ -122,35 +114,22 @@ fn random_reads_from_16_readers_are_all_correct() {
     let tmp = TempDir::new("stress");
     let model = tmp.join("model");
     fs::create_dir(&model).unwrap();
-    let mut weight_map = serde_json::Map::new();
+    let mut weight_map = Vec::new();
     let mut all = Vec::new();
     for s in 0..SHARDS {
         let shard = format!("model-{:05}-of-{SHARDS:05}.safetensors", s + 1);
         let tensors = shard_tensors(s);
-        let list: Vec<T<'_>> = tensors
-            .iter()
-            .map(|t| T {
-                name: &t.name,
-                dtype: t.dtype,
-                shape: &t.shape,
-                data: t.data.clone(),
-            })
-            .collect();
-        write_safetensors(&model.join(&shard), &list, Some(&[("format", "pt")]));
+        write_tensors(&model.join(&shard), &tensors, Some(&[("format", "pt")]));
         for t in tensors {
-            weight_map.insert(t.name.clone(), shard.clone().into());
+            weight_map.push((t.name.clone(), shard.clone()));
             all.push((t.name, t.data));
         }
     }
-    let index = serde_json::json!({
-        "metadata": {"total_size": SHARDS * SHARD_DATA},
-        "weight_map": weight_map,
-    });
-    fs::write(
-        model.join("model.safetensors.index.json"),
-        index.to_string(),
-    )
-    .unwrap();
+    write_index(
+        &model.join("model.safetensors.index.json"),
+        Some(serde_json::json!({"total_size": SHARDS * SHARD_DATA})),
+        weight_map.iter().map(|(t, s)| (t.as_str(), s.as_str())),
+    );
 
     let mnt = tmp.join("mnt");
     fs::create_dir(&mnt).unwrap();
