@@ -7,7 +7,7 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
-use crate::namespace::Layout;
+use crate::namespace::{DEFAULT_SETTLE, Layout};
 use crate::refresh::{self, Mode};
 use crate::widen::Target;
 
@@ -205,6 +205,10 @@ pub fn invoked_as_helper(argv0: &OsStr) -> bool {
         .is_some_and(|n| n == "mount.tensormount" || n == "mount.fuse.tensormount")
 }
 
+/// `-o source_idle=`'s default: a source unused this long is closed (a model being loaded reads
+/// it again within that; a backend such as s3fs gets its files closed soon after).
+pub const DEFAULT_SOURCE_IDLE: Duration = Duration::from_secs(30);
+
 /// The `-o` options tensormount acts on.
 #[derive(Debug, PartialEq)]
 pub struct MountOptions {
@@ -239,8 +243,8 @@ impl Default for MountOptions {
             widen: None,
             layout: Layout::Flat,
             refresh: refresh::Settings::default(),
-            settle: Duration::from_secs(1),
-            source_idle: Duration::from_secs(30),
+            settle: DEFAULT_SETTLE,
+            source_idle: DEFAULT_SOURCE_IDLE,
         }
     }
 }

@@ -23,6 +23,9 @@ const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// `st_blksize`: large, so that tools which size their reads by it make few requests.
 const BLKSIZE: u32 = 1 << 20;
 
+/// The unit `st_blocks` counts in, whatever the block size.
+const BLOCK_UNIT: u64 = 512;
+
 /// The filesystem as fuser serves it.
 pub struct Fuse(pub TensorFs<BackingId>);
 
@@ -46,7 +49,7 @@ fn file_attr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        blocks: a.size.div_ceil(BLOCK_UNIT),
         atime: a.mtime,
         mtime: a.mtime,
         ctime: a.mtime,

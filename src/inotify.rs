@@ -19,8 +19,15 @@ const DIR_EVENTS: u32 = libc::IN_CREATE
     | libc::IN_MOVE_SELF
     | libc::IN_ONLYDIR;
 
-/// The size of `struct inotify_event` before its name.
+/// The size of `struct inotify_event` before its name, and where its fields are in it: `wd`,
+/// `mask`, then (after `cookie`) `len`, the length of the name that follows.
 const HEADER: usize = 16;
+const WD: usize = 0;
+const MASK: usize = 4;
+const NAME_LEN: usize = 12;
+
+/// Bytes of events read at once: hundreds of events (each 16 bytes plus its name).
+const READ_BUFFER: usize = 64 << 10;
 
 #[derive(Debug)]
 pub struct Inotify {
@@ -61,7 +68,7 @@ impl Inotify {
 
     /// Waits for events and returns those queued.
     pub fn read(&self) -> io::Result<Vec<Event>> {
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; READ_BUFFER];
         let n = loop {
             match (&self.fd).read(&mut buf) {
                 Ok(n) => break n,
@@ -82,10 +89,10 @@ fn parse(mut buf: &[u8]) -> Vec<Event> {
     };
     let mut events = Vec::new();
     while buf.len() >= HEADER {
-        let len = word(buf, 12) as usize;
+        let len = word(buf, NAME_LEN) as usize;
         events.push(Event {
-            wd: word(buf, 0) as i32,
-            mask: word(buf, 4),
+            wd: word(buf, WD) as i32,
+            mask: word(buf, MASK),
         });
         buf = buf.get(HEADER + len..).unwrap_or_default();
     }

@@ -34,8 +34,12 @@ pub fn table(rows: &[Listed<'_>]) -> String {
     if widened {
         header.extend(["STORED_DTYPE", "STORED_BYTES"]);
     }
+    // The numbers (BYTES, OFFSET, STORED_BYTES) are right-aligned.
     aligned(&header, cells, &[3, 5, 7])
 }
+
+/// How many of the biggest tensors the summary names.
+const BIGGEST: usize = 5;
 
 /// What a person wants to know first: per source file and in total, the tensor count, parameter
 /// count and bytes; bytes by dtype; the biggest tensors. A tensor shown in several directories
@@ -81,7 +85,7 @@ pub fn summary(rows: &[Listed<'_>]) -> String {
     });
     let biggest = biggest
         .iter()
-        .take(5)
+        .take(BIGGEST)
         .map(|r| {
             vec![
                 r.tensor.size().to_string(),

@@ -32,6 +32,10 @@ const ASK_LIMIT: Duration = Duration::from_secs(10);
 /// stalled backend must not hold the requests that the tree as it is can answer.
 const ASK_PATIENCE: Duration = Duration::from_millis(300);
 
+/// `-o refresh_interval=`'s default: a polled directory is read again this often (a `stat` of
+/// the directory and of each entry, on a network filesystem a round trip each).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
+
 /// How changes are found (`-o refresh=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -55,7 +59,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             mode: Mode::Auto,
-            interval: Duration::from_secs(30),
+            interval: DEFAULT_INTERVAL,
         }
     }
 }

@@ -46,7 +46,7 @@ pub use error::BuildError;
 pub use layout::{METADATA_FILE, NPY_SUFFIX, TENSOR_FILE};
 pub use live::Namespace;
 pub use node::{Attr, Content, Dir, FileError, Ino, Kind, Node, Origin, ROOT, presented};
-pub use options::{Layout, Options};
+pub use options::{DEFAULT_SETTLE, Layout, Options};
 pub use reading::NotReadable;
 pub use sets::SetError;
 pub use snapshot::{Listed, Snapshot, SnapshotReadError};

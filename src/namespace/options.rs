@@ -8,6 +8,10 @@ use log::warn;
 use super::error::BuildError;
 use crate::widen::Target;
 
+/// `-o settle=`'s default: long enough for a writer's pause between two writes of one file,
+/// short enough that a finished file appears at once to a person watching.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Fail on any invalid safetensors file or broken index instead of warning (at mount).
@@ -29,7 +33,7 @@ impl Default for Options {
             layout: Layout::Flat,
             npy: false,
             widen: None,
-            settle: Duration::from_secs(1),
+            settle: DEFAULT_SETTLE,
         }
     }
 }

@@ -50,7 +50,9 @@ const CLOSE_TO_DEN: usize = 4;
 /// Bytes sent from mappings after which their pages are dropped from the daemon (see above).
 const DROP_AFTER: u64 = 8 << 20;
 
-/// The closer thread looks for idle sources every quarter of `source_idle`, within these bounds.
+/// The closer thread looks for idle sources [`CLOSER_TICKS`] times per `source_idle` (so a
+/// source is closed at most a quarter late), within these bounds.
+const CLOSER_TICKS: u32 = 4;
 const CLOSER_TICK_MIN: Duration = Duration::from_millis(250);
 const CLOSER_TICK_MAX: Duration = Duration::from_secs(1);
 
@@ -197,10 +199,10 @@ impl Sources {
         }
     }
 
-    /// Starts the thread that closes sources idle for `idle` (checked every quarter of it, within
-    /// [`CLOSER_TICK_MIN`] and [`CLOSER_TICK_MAX`]). Start it after the fork, like every thread.
+    /// Starts the thread that closes sources idle for `idle` (see [`CLOSER_TICKS`]). Start it
+    /// after the fork, like every thread.
     pub fn start_closer(&self, idle: Duration) -> io::Result<()> {
-        let tick = (idle / 4).clamp(CLOSER_TICK_MIN, CLOSER_TICK_MAX);
+        let tick = (idle / CLOSER_TICKS).clamp(CLOSER_TICK_MIN, CLOSER_TICK_MAX);
         let sources = self.clone();
         std::thread::Builder::new()
             .name("closer".into())
