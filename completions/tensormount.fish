@@ -3,7 +3,7 @@ complete -c tensormount -s N -d 'mount(8) helper option (mount namespace): accep
 complete -c tensormount -s t -d 'mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`' -r
 complete -c tensormount -s o -d 'Mount options, comma-separated (`\\,` for a literal comma); may be repeated. See below' -r -f -a "allow_other\t'other users may use the mount; the kernel still checks each file\'s permission bits'
 allow_root\t'root may use the mount too'
-auto_unmount\t'fusermount3 unmounts if the daemon dies'
+auto_unmount\t'a watcher process unmounts once the daemon is gone, however it ends (SIGKILL included)'
 fsname=\t'the device column of /proc/mounts (default: the absolute source path)'
 strict\t'any invalid safetensors file or broken index fails the mount instead of a warning'
 npy\t'a NAME.npy view beside each tensor numpy can describe'

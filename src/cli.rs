@@ -82,14 +82,17 @@ impl Args {
 }
 
 /// The `-o` options tensormount acts on, with what each does: the one list that `--help`, the man
-/// page and the shell completions show (a test holds the README's table to it).
+/// page and the shell completions show (a test holds the man page's MOUNT OPTIONS to it).
 pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     (
         "allow_other",
         "other users may use the mount; the kernel still checks each file's permission bits",
     ),
     ("allow_root", "root may use the mount too"),
-    ("auto_unmount", "fusermount3 unmounts if the daemon dies"),
+    (
+        "auto_unmount",
+        "a watcher process unmounts once the daemon is gone, however it ends (SIGKILL included)",
+    ),
     (
         "fsname=NAME",
         "the device column of /proc/mounts (default: the absolute source path)",

@@ -110,7 +110,7 @@ fn readable_prefix(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// 64-bit FNV-1a of `bytes` (standard, as the README promises, so any FNV-1a library gives the
+/// 64-bit FNV-1a of `bytes` (standard, as `doc/layout.md` promises, so any FNV-1a library gives the
 /// same hash), then of `salt`'s little-endian bytes when `salt` is not 0: small, stable across
 /// versions and platforms.
 fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
@@ -269,7 +269,7 @@ mod tests {
     }
 }
 
-/// The README's rules, as tables. Every expected value is written out from the README ("Tensor file
+/// The rules of `doc/layout.md`, as tables. Every expected value is written out from there ("Tensor file
 /// names"), not taken from this code: the hashes are standard 64-bit FNV-1a of the full name,
 /// computed with a separate implementation (a few lines of Python, as any user could).
 #[cfg(test)]
@@ -296,7 +296,7 @@ mod rule_tables {
         }
     }
 
-    /// `prefix%#hash` as the README spells it, `hash` in 16 lowercase hex digits.
+    /// `prefix%#hash` as `doc/layout.md` spells it, `hash` in 16 lowercase hex digits.
     fn short(prefix: &str, hash: &str, suffix: &str) -> String {
         assert_eq!(hash.len(), 16);
         format!("{prefix}%#{hash}{suffix}")

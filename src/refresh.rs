@@ -175,14 +175,6 @@ impl Handle {
     }
 }
 
-#[cfg(test)]
-impl Handle {
-    /// A handle on no refresh thread: every question is answered "nothing changed" at once.
-    pub fn unanswered(sources: Sources) -> Handle {
-        channel(sources).0
-    }
-}
-
 /// The inotify instance for `settings`, if they use one; made before the daemon forks, with the
 /// rest of what following SOURCE needs (see `Follow`).
 pub fn inotify_for(settings: &Settings) -> Option<io::Result<Inotify>> {
@@ -595,4 +587,12 @@ fn log_diff(diff: &Diff, why: &str, took: Duration) {
 /// reports.
 fn is_remote(path: &Path) -> bool {
     std::fs::File::open(path).is_ok_and(|dir| crate::source::is_remote(&dir))
+}
+
+#[cfg(test)]
+impl Handle {
+    /// A handle on no refresh thread: every question is answered "nothing changed" at once.
+    pub fn unanswered(sources: Sources) -> Handle {
+        channel(sources).0
+    }
 }

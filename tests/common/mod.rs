@@ -112,7 +112,7 @@ pub fn getxattr(path: &Path, name: &str) -> Option<String> {
         .then(|| String::from_utf8(out.stdout).unwrap())
 }
 
-/// The file name the README gives a tensor name, before shortening: an independent statement of
+/// The file name `doc/layout.md` gives a tensor name, before shortening: an independent statement of
 /// the encoding (not the daemon's code).
 pub fn escaped(name: &str) -> String {
     match name {

@@ -5,7 +5,7 @@
 //! nor root; the man page test needs `groff`.
 //!
 //! After changing the command line or `doc/man-sections.roff`:
-//! `TENSORMOUNT_BLESS=1 cargo test --release --test docs` rewrites `doc/tensormount.8` and
+//! `TENSORMOUNT_BLESS=1 cargo test --release --test suite docs::` rewrites `doc/tensormount.8` and
 //! `completions/`; commit them with the change. Blessing is refused where `CI` is set: CI checks
 //! the committed files and never rewrites them.
 
@@ -39,7 +39,7 @@ fn check_committed(rel: &str, generated: &[u8]) {
     assert!(
         committed == generated,
         "{rel} is not what the command line generates; run \
-         TENSORMOUNT_BLESS=1 cargo test --release --test docs"
+         TENSORMOUNT_BLESS=1 cargo test --release --test suite docs::"
     );
 }
 

@@ -2,7 +2,7 @@
 //! `tests/corpus/make_corpus.py`), broken and malicious index files, hostile directory contents
 //! (unreadable entries, names that are not UTF-8, link loops, deep trees) and hostile tensor names.
 //!
-//! Expectations come from the README and from the reference implementation's rules; the official
+//! Expectations come from `doc/layout.md` and from the reference implementation's rules; the official
 //! Python package is the outside oracle for which rule a file breaks.
 
 use crate::common::*;
@@ -1111,7 +1111,7 @@ fn a_64_level_deep_tree_serves_the_bottom_tensor() {
 // ------------------------------------------------------------------------------- tensor names
 
 /// Hostile tensor names in one file: every tensor gets exactly one file, under a valid, unique
-/// name (1 to 255 bytes, no `/`, never `.` or `..`) that follows the README's encoding, with the
+/// name (1 to 255 bytes, no `/`, never `.` or `..`) that follows the documented encoding, with the
 /// tensor's bytes; a name over 64 KiB has no name xattr but its file is there and `--list --json`
 /// shows the whole name.
 #[test]

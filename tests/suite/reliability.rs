@@ -671,7 +671,7 @@ fn two_tensors(path: &Path, seed: u64) {
 }
 
 /// With `refresh=off`, the tree built at mount stays: a source replaced by rename keeps serving
-/// its old bytes until remount (the followed case is in tests/refresh.rs).
+/// its old bytes until remount (the followed case is in tests/suite/refresh.rs).
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn source_replaced_by_rename_frozen_keeps_serving_old_bytes() {

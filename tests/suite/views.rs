@@ -1,6 +1,6 @@
 //! The optional views: `-o npy` (an NPY file beside each tensor numpy can describe) and
 //! `-o layout=tree` (tensor names split into directories). numpy and the official safetensors
-//! reader are the oracles; expected paths are written out by hand from the README's rules.
+//! reader are the oracles; expected paths are written out by hand from the rules of `doc/layout.md`.
 
 use crate::common::*;
 
@@ -166,7 +166,7 @@ fn npy_files_are_a_header_then_the_tensor_bytes_at_every_offset() {
 }
 
 /// Frozen (refresh=off), reads of a truncated source fail with EIO; followed, a handle opened
-/// before gets ESTALE (tests/refresh.rs).
+/// before gets ESTALE (tests/suite/refresh.rs).
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn npy_reads_fail_with_eio_once_the_source_is_truncated() {

@@ -373,7 +373,7 @@ fn metadata_is_sorted_json_with_a_final_newline_and_index_metadata_in_a_merged_d
 
 // ------------------------------------------------------------------------------- tree layout
 
-/// Tensor names and the paths `layout=tree` gives them, by the README's rules.
+/// Tensor names and the paths `layout=tree` gives them, by the rules of `doc/layout.md`.
 const TREE: &[(&str, &str, &str)] = &[
     (
         "model.layers.0.self_attn.q_proj.weight",
