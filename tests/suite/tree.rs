@@ -1467,19 +1467,18 @@ fn every_modification_fails_with_erofs_and_sources_stay_unchanged() {
         Some(&[("format", "pt")]),
     );
     fs::write(s.join("sub/f.txt"), b"text\n").unwrap();
-    let files = ["m.safetensors", "sub/f.txt"];
-    let before: Vec<(Vec<u8>, i64, i64, u32)> = files
-        .iter()
-        .map(|f| {
-            let md = fs::metadata(s.join(f)).unwrap();
-            (
-                fs::read(s.join(f)).unwrap(),
-                md.mtime(),
-                md.mtime_nsec(),
-                md.mode(),
-            )
-        })
-        .collect();
+    // Each source file's bytes, mtime and mode.
+    let state = || -> Vec<(Vec<u8>, i64, i64, u32)> {
+        ["m.safetensors", "sub/f.txt"]
+            .iter()
+            .map(|f| {
+                let md = fs::metadata(s.join(f)).unwrap();
+                let bytes = fs::read(s.join(f)).unwrap();
+                (bytes, md.mtime(), md.mtime_nsec(), md.mode())
+            })
+            .collect()
+    };
+    let before = state();
 
     let (m, _) = mount(&s, "");
     let tensor = m.path("m.tensors/a");
@@ -1591,19 +1590,7 @@ fn every_modification_fails_with_erofs_and_sources_stay_unchanged() {
     assert!(tensor.exists() && mirror.exists());
     drop(m);
 
-    let after: Vec<(Vec<u8>, i64, i64, u32)> = files
-        .iter()
-        .map(|f| {
-            let md = fs::metadata(s.join(f)).unwrap();
-            (
-                fs::read(s.join(f)).unwrap(),
-                md.mtime(),
-                md.mtime_nsec(),
-                md.mode(),
-            )
-        })
-        .collect();
-    assert!(before == after, "source files changed");
+    assert!(before == state(), "source files changed");
     assert_eq!(
         names(&s),
         ["m.safetensors", "sub"].map(String::from).to_vec()
