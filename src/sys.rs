@@ -276,9 +276,9 @@ pub fn dup_onto(fd: RawFd, target: RawFd, cloexec: bool) -> io::Result<()> {
     }
 }
 
-/// Closes every descriptor of this process from 3 up, except `keep`: for a process just started
-/// that must not hold what its parent passed on (like `/dev/fuse`), and owns none of them.
-pub fn close_descriptors_except(keep: &[RawFd]) {
+/// Closes every descriptor of this process from 3 up: for a process just started that must not
+/// hold what its parent passed on (like `/dev/fuse`), and owns none of them.
+pub fn close_inherited_descriptors() {
     let open: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
         Ok(dir) => dir
             .flatten()
@@ -286,7 +286,7 @@ pub fn close_descriptors_except(keep: &[RawFd]) {
             .collect(),
         Err(_) => return,
     };
-    for fd in open.into_iter().filter(|fd| *fd > 2 && !keep.contains(fd)) {
+    for fd in open.into_iter().filter(|fd| *fd > 2) {
         // SAFETY: closing a descriptor only changes the descriptor table. Called by a process
         // that has just started, on its one thread, where no Rust object owns one of these (the
         // directory listing above is closed by now).

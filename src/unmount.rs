@@ -77,7 +77,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let mnt = PathBuf::from(mnt);
     // Nothing the daemon passed on unawares (a `/dev/fuse` descriptor received from fusermount3
     // has no close-on-exec flag) may keep the connection alive after it.
-    sys::close_descriptors_except(&[]);
+    sys::close_inherited_descriptors();
     // The daemon, this process's parent, is gone once it is no longer the parent (it was killed
     // before this could watch it): every descriptor it held is closed by then too.
     let pid = pid as libc::pid_t;
