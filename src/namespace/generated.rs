@@ -58,8 +58,15 @@ pub struct Drafted<T> {
 struct Want {
     file: usize,
     dir: Vec<u8>,
-    /// An index, for its merged set (else a file, for its tensors).
-    set: bool,
+    /// The format of a file that wants its tensors; `None` for an index, which wants its merged
+    /// set.
+    format: Option<Format>,
+}
+
+impl Want {
+    fn set(&self) -> bool {
+        self.format.is_none()
+    }
 }
 
 /// A generated directory of a scan: kept from the last tree, or to be built.
@@ -189,7 +196,7 @@ impl Step<'_> {
                     Ok(_) => wants.push(Want {
                         file: i,
                         dir: [stem, b".tensors"].concat(),
-                        set: false,
+                        format: Some(format),
                     }),
                     Err(e) => {
                         if source.first_warning(Warning::Invalid) {
@@ -207,7 +214,7 @@ impl Step<'_> {
                 wants.push(Want {
                     file: i,
                     dir: dir.into_bytes(),
-                    set: true,
+                    format: None,
                 });
             }
         }
@@ -231,7 +238,7 @@ impl Step<'_> {
             .map(|w| Claim {
                 file: &files[w.file].0,
                 dir: &w.dir,
-                index: w.set,
+                index: w.set(),
             })
             .collect();
         let verdicts = claims::decide(&real, &claims);
@@ -245,7 +252,7 @@ impl Step<'_> {
                 Verdict::Wins => {}
                 Verdict::Real => {
                     if source.first_warning(Warning::NameTaken) {
-                        let what = if want.set {
+                        let what = if want.set() {
                             "merged tensors"
                         } else {
                             "tensors"
@@ -285,9 +292,8 @@ impl Step<'_> {
     ) -> Result<Option<Drafted<Slot<'f>>>, BuildError> {
         let (name, source) = &files[want.file];
         let dir: Arc<[u8]> = Arc::from(&want.dir[..]);
-        if !want.set {
+        if let Some(format) = want.format {
             let inputs = vec![source.clone()];
-            let format = Format::of(name).map_or(Format::Safetensors, |(f, _)| f);
             let slot = match self.kept(&dir, &inputs) {
                 Some(keep) => Slot::Kept(keep),
                 None => Slot::New(Build::File {

@@ -56,7 +56,11 @@ pub struct Policy<'a> {
     pub mounting: bool,
 }
 
-impl Policy<'_> {
+impl<'a> Policy<'a> {
+    pub fn new(options: &'a Options, mounting: bool) -> Policy<'a> {
+        Policy { options, mounting }
+    }
+
     /// A problem with one file: a warning, or at mount with `-o strict` the end of the mount.
     pub fn reject(&self, e: BuildError) -> Result<(), BuildError> {
         if self.options.strict && self.mounting {

@@ -118,10 +118,7 @@ impl Writer {
     }
 
     fn policy(&self) -> Policy<'_> {
-        Policy {
-            options: &self.options,
-            mounting: self.mounting,
-        }
+        Policy::new(&self.options, self.mounting)
     }
 
     fn clock(&self) -> &Clock {
@@ -136,10 +133,7 @@ impl Writer {
     /// What walking directories of SOURCE needs, for a walk at this moment.
     fn walk(&mut self) -> Walk<'_> {
         Walk {
-            policy: Policy {
-                options: &self.options,
-                mounting: self.mounting,
-            },
+            policy: Policy::new(&self.options, self.mounting),
             now: self.registry.sources().clock().now(),
             registry: &mut self.registry,
             records: &self.records,
@@ -289,10 +283,7 @@ impl Writer {
     ) -> Result<bool, BuildError> {
         let now = self.now();
         if self.single_file {
-            let policy = Policy {
-                options: &self.options,
-                mounting: self.mounting,
-            };
+            let policy = Policy::new(&self.options, self.mounting);
             single::rebuild(policy, now, &mut self.registry, c, rec, budget)?;
             return Ok(false);
         }
