@@ -77,6 +77,7 @@ mod tests {
             shape: shape.into(),
             begin: 0,
             end: 0,
+            strides: None,
         }
     }
 

@@ -11,24 +11,36 @@ pub use ::safetensors::Dtype;
 pub enum Format {
     /// `NAME.safetensors`.
     Safetensors,
+    /// A PyTorch checkpoint written by `torch.save` (zip or legacy pickle): `NAME.bin`,
+    /// `NAME.pt`, `NAME.pth`, `NAME.ckpt`.
+    Pytorch,
 }
 
 impl Format {
     /// Every format, in the order their readers are tried for a name.
-    pub const ALL: [Format; 1] = [Format::Safetensors];
+    pub const ALL: [Format; 2] = [Format::Safetensors, Format::Pytorch];
+
+    /// The suffixes of PyTorch checkpoints.
+    const PYTORCH: [&'static [u8]; 4] = [b".bin", b".pt", b".pth", b".ckpt"];
 
     /// The format a file's name says, with the stem its tensor directory is named after
     /// (`model.safetensors` gives `model`, hence `model.tensors/`).
     pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
-        file_name
-            .strip_suffix(b".safetensors")
-            .map(|stem| (Format::Safetensors, stem))
+        if let Some(stem) = file_name.strip_suffix(b".safetensors") {
+            return Some((Format::Safetensors, stem));
+        }
+        Format::PYTORCH
+            .iter()
+            .find_map(|suffix| file_name.strip_suffix(*suffix))
+            .filter(|stem| !stem.is_empty())
+            .map(|stem| (Format::Pytorch, stem))
     }
 
     /// Its index in [`Format::ALL`].
     pub fn index(self) -> usize {
         match self {
             Format::Safetensors => 0,
+            Format::Pytorch => 1,
         }
     }
 }
@@ -37,6 +49,9 @@ impl Format {
 #[derive(Debug)]
 pub struct Description {
     pub format: Format,
+    /// What the reader found the file to be: `safetensors`, `pytorch-zip` or `pytorch-legacy`
+    /// (the `user.tensormount.format` xattr).
+    pub kind: &'static str,
     /// Absolute offset in the file of the data the tensors' offsets are relative to (for
     /// safetensors, the data buffer after the header: 8 + header length).
     pub data_start: u64,
@@ -44,6 +59,13 @@ pub struct Description {
     pub tensors: Vec<Arc<Tensor>>,
     /// The metadata map; `None` when absent (or `null`).
     pub metadata: Option<BTreeMap<String, String>>,
+    /// What the reader left out or found odd, each a whole message naming the file (warned once
+    /// per version of the file).
+    pub notes: Vec<String>,
+    /// For a file of another format: the tensors of the safetensors file it converts to (its
+    /// state dict, by the names the conversion gives them), or why it is not offered as one.
+    /// `None` for a safetensors file.
+    pub conversion: Option<Result<Vec<(Arc<str>, Arc<Tensor>)>, String>>,
 }
 
 /// One tensor of a file.
@@ -54,8 +76,15 @@ pub struct Tensor {
     pub dtype: Dtype,
     pub shape: Box<[usize]>,
     /// `[begin, end)` relative to [`Description::data_start`] (for safetensors, as in the header).
+    /// For a strided tensor, `begin` is where its first element is stored and `end - begin` its
+    /// size once gathered.
     pub begin: u64,
     pub end: u64,
+    /// For a tensor whose elements are not one contiguous stretch (a transposed or sliced view
+    /// saved by `torch.save`): the distance in elements between neighbours along each dimension.
+    /// Its elements are gathered on read. Every element lies within the file (checked by the
+    /// reader).
+    pub strides: Option<Box<[u64]>>,
 }
 
 impl Tensor {

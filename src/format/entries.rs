@@ -84,6 +84,7 @@ impl Entries {
                     shape: info.shape.clone().into_boxed_slice(),
                     begin: info.data_offsets.0 as u64,
                     end: info.data_offsets.1 as u64,
+                    strides: None,
                 })
             })
             .collect();

@@ -26,6 +26,18 @@ pub enum FormatError {
         data: u64,
         present: u64,
     },
+    /// A PyTorch checkpoint that cannot be read: the rule it breaks (a short name, as the
+    /// crate's rules have), what was found, and whether it ends too soon (what a file still being
+    /// written looks like).
+    Checkpoint {
+        path: PathBuf,
+        rule: &'static str,
+        what: String,
+        cut_short: bool,
+    },
+    /// Not a checkpoint of a kind tensormount reads (a `.bin` of something else, by its first
+    /// bytes): mirrored as it is, and no error.
+    Foreign(PathBuf),
 }
 
 /// What a file that is not safetensors seems to be: the usual ways a wrong file ends up with the
@@ -156,7 +168,27 @@ impl FormatError {
                 "the file ends before its data: {data} bytes described, {present} there \
                  ({CUT_SHORT}) [MetadataIncompleteBuffer]"
             ),
+            FormatError::Checkpoint {
+                rule,
+                what,
+                cut_short,
+                ..
+            } => {
+                let guess = if *cut_short {
+                    format!(" ({CUT_SHORT})")
+                } else {
+                    String::new()
+                };
+                format!("{what}{guess} [{rule}]")
+            }
+            FormatError::Foreign(_) => "not a PyTorch checkpoint".into(),
         }
+    }
+
+    /// Whether the file is simply of another kind than its name suggests (see
+    /// [`FormatError::Foreign`]): nothing to report.
+    pub fn is_foreign(&self) -> bool {
+        matches!(self, FormatError::Foreign(_))
     }
 
     /// The crate's name for the rule the file breaks (none for an I/O error).
@@ -165,6 +197,8 @@ impl FormatError {
             FormatError::Io(..) => None,
             FormatError::Invalid(_, e, _) => Some(rule_name(e)),
             FormatError::Short { .. } => Some("MetadataIncompleteBuffer".into()),
+            FormatError::Checkpoint { rule, .. } => Some((*rule).into()),
+            FormatError::Foreign(_) => None,
         }
     }
 
@@ -172,7 +206,9 @@ impl FormatError {
         match self {
             FormatError::Io(p, _)
             | FormatError::Invalid(p, ..)
-            | FormatError::Short { path: p, .. } => p,
+            | FormatError::Short { path: p, .. }
+            | FormatError::Checkpoint { path: p, .. }
+            | FormatError::Foreign(p) => p,
         }
     }
 
@@ -182,6 +218,10 @@ impl FormatError {
         matches!(
             self,
             FormatError::Short { .. }
+                | FormatError::Checkpoint {
+                    cut_short: true,
+                    ..
+                }
                 | FormatError::Invalid(
                     _,
                     SafeTensorError::HeaderTooSmall | SafeTensorError::InvalidHeaderLength,

@@ -6,11 +6,14 @@
 //! - [`reader`]: the boundary: one function that reads a file of any format;
 //! - [`safetensors`]: the safetensors reader, validated by the official crate, with [`entries`],
 //!   its one-pass reader of the header's JSON;
+//! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
+//!   interpreted without running any of it;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
 mod description;
 mod entries;
 mod error;
+mod pytorch;
 mod reader;
 mod safetensors;
 

@@ -7,11 +7,12 @@ use std::path::Path;
 
 use super::description::{Description, Format};
 use super::error::FormatError;
-use super::safetensors;
+use super::{pytorch, safetensors};
 
 /// Reads `file` (whose path is `path`, for messages) as a file of `format`.
 pub fn describe(format: Format, file: &File, path: &Path) -> Result<Description, FormatError> {
     match format {
         Format::Safetensors => safetensors::describe(file, path),
+        Format::Pytorch => pytorch::describe(file, path),
     }
 }

@@ -96,9 +96,12 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     }
     Ok(Description {
         format: Format::Safetensors,
+        kind: "safetensors",
         data_start,
         tensors,
         metadata,
+        notes: Vec::new(),
+        conversion: None,
     })
 }
 
