@@ -111,6 +111,12 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          presented as its exact widening to it",
     ),
     (
+        "pickle=on|off",
+        "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors \
+         file, their pickle read without running any of it (on, the default); off: plain mirrored \
+         files",
+    ),
+    (
         "layout=flat|tree",
         "tensor files named after the whole name (flat, the default), or in directories split on \
          `.` and `/`",
@@ -225,6 +231,8 @@ pub struct MountOptions {
     /// `dtype=`: the type narrower floats are widened to.
     pub widen: Option<Target>,
     pub layout: Layout,
+    /// `pickle=`: whether PyTorch checkpoints are read.
+    pub pickle: bool,
     /// How the mount follows changes of SOURCE.
     pub refresh: refresh::Settings,
     /// How long a file seen changing in place must stay unchanged to be interpreted.
@@ -245,6 +253,7 @@ impl Default for MountOptions {
             npy: false,
             widen: None,
             layout: Layout::Flat,
+            pickle: true,
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
             source_idle: DEFAULT_SOURCE_IDLE,
@@ -308,6 +317,13 @@ impl MountOptions {
                 },
                 ("layout", Some("flat")) => opts.layout = Layout::Flat,
                 ("layout", Some("tree")) => opts.layout = Layout::Tree,
+                ("pickle", Some("on")) => opts.pickle = true,
+                ("pickle", Some("off")) => opts.pickle = false,
+                ("pickle", _) => {
+                    return Err(format!(
+                        "mount option `{opt}`: the values are `on` and `off`"
+                    ));
+                }
                 ("layout", _) => {
                     return Err(format!(
                         "mount option `{opt}`: the layouts are `flat` and `tree`"

@@ -182,6 +182,7 @@ fuzz_target!(|data: &[u8]| {
         // With both views, float tensors are widened too (every selector bit is taken).
         widen: (selector & 0x60 == 0x60).then_some(Target::F32),
         settle: std::time::Duration::from_secs(3600),
+        pickle: true,
     };
     let sources = Sources::new(Clock::system(), 1024);
     let lenient = Writer::build(&sources, &source, &options);

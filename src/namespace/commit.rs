@@ -241,6 +241,10 @@ fn same_file(a: &Node, b: &Node) -> bool {
                     widen: w,
                 },
             ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(t, u) && v == w,
+            (
+                Content::Converted { source: x, file: f },
+                Content::Converted { source: y, file: g },
+            ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(f, g),
             (Content::Generated(x), Content::Generated(y))
             | (Content::Link(x), Content::Link(y)) => x == y,
             _ => false,

@@ -21,7 +21,7 @@ use super::claims::{self, Claim, Verdict};
 use super::draft::{self, Body, Draft};
 use super::error::BuildError;
 use super::layout;
-use super::node::{Attr, FileError, Ino, Origin, Xattrs};
+use super::node::{Attr, Content, FileError, Ino, Origin, Xattrs};
 use super::options::Policy;
 use super::record::Generated;
 use super::scan::{self, Flux};
@@ -54,22 +54,33 @@ pub struct Drafted<T> {
     pub inputs: Vec<Arc<Source>>,
 }
 
-/// A file (by its place among the directory's files) that wants a generated directory.
+/// A file (by its place among the directory's files) that wants a generated entry.
 struct Want {
     file: usize,
+    /// The name of the entry.
     dir: Vec<u8>,
-    /// The format of a file that wants its tensors; `None` for an index, which wants its merged
-    /// set.
-    format: Option<Format>,
+    what: Wanted,
+}
+
+/// What a file wants.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    /// Its tensors, as a file of this format, in a directory.
+    Tensors(Format),
+    /// For an index, its merged set.
+    Set,
+    /// For a checkpoint of another format, the safetensors file it converts to.
+    Converted(Format),
 }
 
 impl Want {
     fn set(&self) -> bool {
-        self.format.is_none()
+        self.what == Wanted::Set
     }
 }
 
-/// A generated directory of a scan: kept from the last tree, or to be built.
+/// A generated entry of a scan: kept from the last tree (or a file, made at once), or a directory
+/// to be built.
 enum Slot<'a> {
     Kept(Draft),
     New(Build<'a>),
@@ -150,6 +161,15 @@ impl Step<'_> {
         !self.never && !scan::is_partial(name)
     }
 
+    /// What a file of this name is read as ahead of use, if anything.
+    fn parse_of(&self, name: &[u8]) -> Option<Parse> {
+        if merged_dir(name).is_some() {
+            return Some(Parse::Index);
+        }
+        let (format, _) = self.policy.options.format_of(name)?;
+        Some(Parse::Tensors(format))
+    }
+
     fn in_flux(&self, name: &[u8]) -> bool {
         self.d
             .flux
@@ -165,7 +185,7 @@ impl Step<'_> {
         let mut unread: Vec<(&Arc<Source>, Parse)> = files
             .iter()
             .filter(|(name, _)| self.interpretable(name) && !self.in_flux(name))
-            .filter_map(|(name, source)| Some((source, parse_of(name)?)))
+            .filter_map(|(name, source)| Some((source, self.parse_of(name)?)))
             .filter(|(source, parse)| !source.is_parsed(*parse))
             .collect();
         // Taken in order by the threads: an index (tens of megabytes of JSON for a large model,
@@ -187,17 +207,38 @@ impl Step<'_> {
             if !self.interpretable(name) {
                 continue;
             }
-            if let Some((format, stem)) = Format::of(name) {
+            if let Some((format, stem)) = self.policy.options.format_of(name) {
                 if self.in_flux(name) {
                     errors.insert(name.clone(), self.being_written());
                     continue;
                 }
                 match source.describe(format) {
-                    Ok(_) => wants.push(Want {
-                        file: i,
-                        dir: [stem, b".tensors"].concat(),
-                        format: Some(format),
-                    }),
+                    Ok(d) => {
+                        if !d.notes.is_empty() && source.first_warning(Warning::Notes) {
+                            d.notes.iter().for_each(|note| warn!("{note}"));
+                        }
+                        // A checkpoint without tensors (training arguments, an optimizer's
+                        // hyperparameters) gets no empty directory.
+                        if format == Format::Safetensors || !d.tensors.is_empty() {
+                            wants.push(Want {
+                                file: i,
+                                dir: [stem, b".tensors"].concat(),
+                                what: Wanted::Tensors(format),
+                            });
+                        }
+                        match source.converted(format) {
+                            Some(Ok(_)) => wants.push(Want {
+                                file: i,
+                                dir: converted_name(stem),
+                                what: Wanted::Converted(format),
+                            }),
+                            Some(Err(why)) if !d.tensors.is_empty() => {
+                                errors.insert(name.clone(), FileError::NotConverted(why.clone()));
+                            }
+                            _ => {}
+                        }
+                    }
+                    Err(e) if e.is_foreign() => {}
                     Err(e) => {
                         if source.first_warning(Warning::Invalid) {
                             if !self.policy.mounting && e.cut_short() {
@@ -214,7 +255,7 @@ impl Step<'_> {
                 wants.push(Want {
                     file: i,
                     dir: dir.into_bytes(),
-                    format: None,
+                    what: Wanted::Set,
                 });
             }
         }
@@ -250,12 +291,16 @@ impl Step<'_> {
             wins.push(verdict == Verdict::Wins);
             match verdict {
                 Verdict::Wins => {}
+                // A model published in both formats: the real file is the conversion.
+                Verdict::Real if matches!(want.what, Wanted::Converted(_)) => {
+                    log::debug!("{}: {dir_name} is a real file", path.display());
+                }
                 Verdict::Real => {
                     if source.first_warning(Warning::NameTaken) {
-                        let what = if want.set() {
-                            "merged tensors"
-                        } else {
-                            "tensors"
+                        let what = match want.what {
+                            Wanted::Set => "merged tensors",
+                            Wanted::Tensors(_) => "tensors",
+                            Wanted::Converted(_) => "safetensors file it converts to",
                         };
                         warn!(
                             "{}: a real entry is named {dir_name}; it is shown instead of the {what}",
@@ -292,7 +337,21 @@ impl Step<'_> {
     ) -> Result<Option<Drafted<Slot<'f>>>, BuildError> {
         let (name, source) = &files[want.file];
         let dir: Arc<[u8]> = Arc::from(&want.dir[..]);
-        if let Some(format) = want.format {
+        if let Wanted::Converted(format) = want.what {
+            let Some(Ok(file)) = source.converted(format) else {
+                return Ok(None);
+            };
+            let attr = draft::file_attr(&source.meta, file.len());
+            let content = Content::Converted {
+                source: source.clone(),
+                file: file.clone(),
+            };
+            return Ok(Some(Drafted {
+                draft: Slot::Kept(Draft::file(dir, attr, content)),
+                inputs: vec![source.clone()],
+            }));
+        }
+        if let Wanted::Tensors(format) = want.what {
             let inputs = vec![source.clone()];
             let slot = match self.kept(&dir, &inputs) {
                 Some(keep) => Slot::Kept(keep),
@@ -436,12 +495,15 @@ impl Step<'_> {
     }
 }
 
-/// What a file of this name is read as ahead of use, if anything.
-fn parse_of(name: &[u8]) -> Option<Parse> {
-    if merged_dir(name).is_some() {
-        return Some(Parse::Index);
-    }
-    Format::of(name).map(|(format, _)| Parse::Tensors(format))
+/// The name Hugging Face gives the safetensors conversion of a checkpoint whose stem is `stem`:
+/// `pytorch_model` becomes `model` (shards and variants keep the rest of their name), anything
+/// else keeps its stem; then `.safetensors`.
+fn converted_name(stem: &[u8]) -> Vec<u8> {
+    let stem = match stem.strip_prefix(b"pytorch_model") {
+        Some(rest) => [b"model", rest].concat(),
+        None => stem.to_vec(),
+    };
+    [&stem[..], b".safetensors"].concat()
 }
 
 /// The merged directory an index of this name asks for.
@@ -546,4 +608,29 @@ fn tensor_entries(
         .checked_sub(count)
         .ok_or_else(|| BuildError::TooManyNodes(origin.into()))?;
     Ok(children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::converted_name;
+
+    #[test]
+    fn conversions_are_named_as_hugging_face_names_them() {
+        for (stem, want) in [
+            ("pytorch_model", "model.safetensors"),
+            (
+                "pytorch_model-00001-of-00003",
+                "model-00001-of-00003.safetensors",
+            ),
+            ("pytorch_model.fp16", "model.fp16.safetensors"),
+            (
+                "diffusion_pytorch_model",
+                "diffusion_pytorch_model.safetensors",
+            ),
+            ("last", "last.safetensors"),
+        ] {
+            let got = converted_name(stem.as_bytes());
+            assert_eq!(String::from_utf8_lossy(&got), want, "{stem}");
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use log::warn;
 
 use super::error::BuildError;
+use crate::format::Format;
 use crate::widen::Target;
 
 /// `-o settle=`'s default: long enough for a writer's pause between two writes of one file,
@@ -24,6 +25,9 @@ pub struct Options {
     pub widen: Option<Target>,
     /// A file seen changing in place is interpreted only once unchanged for this long.
     pub settle: Duration,
+    /// Read PyTorch checkpoints (`-o pickle=on`, the default): their tensor directories and the
+    /// safetensors files they convert to. Off, they are plain mirrored files.
+    pub pickle: bool,
 }
 
 impl Default for Options {
@@ -34,7 +38,15 @@ impl Default for Options {
             npy: false,
             widen: None,
             settle: DEFAULT_SETTLE,
+            pickle: true,
         }
+    }
+}
+
+impl Options {
+    /// The format a file's name says, with its stem (see [`Format::of`]), among the formats read.
+    pub fn format_of<'a>(&self, file_name: &'a [u8]) -> Option<(Format, &'a [u8])> {
+        Format::of(file_name).filter(|(f, _)| self.pickle || *f != Format::Pytorch)
     }
 }
 

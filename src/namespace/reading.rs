@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::node::{Content, Node, presented};
 use crate::format::Tensor;
 use crate::npy;
-use crate::source::{Body, Reading, Source};
+use crate::source::{Body, Reading, Source, Stored};
 use crate::widen::Widening;
 
 /// Why a file of the tree has nothing to read.
@@ -28,13 +28,31 @@ impl Node {
         Ok(match &self.content {
             Content::Mirror { source, .. } => source_span(
                 source,
-                0,
-                self.attr.size,
-                None,
+                (0, self.attr.size),
+                (None, Stored::Contiguous),
                 offset,
                 size,
                 Cow::Borrowed(&[]),
             ),
+            Content::Converted { source, file } => {
+                let header = &file.header[..];
+                let header_len = header.len() as u64;
+                let (offset, head) = if offset >= header_len {
+                    (offset - header_len, &[][..])
+                } else {
+                    (0, window(header, offset, size))
+                };
+                let stored = Stored::Converted(file.clone());
+                let span = (0, file.data_len);
+                source_span(
+                    source,
+                    span,
+                    (None, stored),
+                    offset,
+                    size,
+                    Cow::Borrowed(head),
+                )
+            }
             Content::Tensor {
                 source,
                 tensor,
@@ -68,7 +86,7 @@ impl Node {
 /// A read of the presented bytes of `tensor`, after `head`.
 fn tensor_span<'a>(
     source: &'a Arc<Source>,
-    tensor: &Tensor,
+    tensor: &Arc<Tensor>,
     widen: Option<Widening>,
     offset: u64,
     size: u64,
@@ -76,16 +94,20 @@ fn tensor_span<'a>(
 ) -> Reading<'a> {
     let start = source.data_start() + tensor.begin;
     let len = presented(tensor, widen).1;
-    source_span(source, start, len, widen, offset, size, head)
+    let stored = match tensor.strides {
+        Some(_) => Stored::Strided(tensor.clone()),
+        None => Stored::Contiguous,
+    };
+    source_span(source, (start, len), (widen, stored), offset, size, head)
 }
 
 /// `head`, then up to `size` bytes (head included) from `offset` of the `len` presented bytes
-/// that start at byte `start` of `source`: fewer at the end, none past it.
+/// that start at byte `start` of `source` (`span`), presented and stored as `how` says: fewer at
+/// the end, none past it.
 fn source_span<'a>(
     source: &'a Arc<Source>,
-    start: u64,
-    len: u64,
-    widen: Option<Widening>,
+    (start, len): (u64, u64),
+    (widen, stored): (Option<Widening>, Stored),
     offset: u64,
     size: u64,
     head: Cow<'a, [u8]>,
@@ -100,6 +122,7 @@ fn source_span<'a>(
             offset,
             len: want,
             widen,
+            stored,
         }),
     }
 }

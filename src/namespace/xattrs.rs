@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use log::debug;
 
-use super::node::{Content, Node, Xattrs, presented};
-use crate::format::Tensor;
+use super::node::{Content, FileError, Node, Xattrs, presented};
+use crate::format::{Format, Tensor};
 use crate::source::Source;
 use crate::widen::Widening;
 
@@ -19,6 +19,10 @@ pub const XATTR_LIST_MAX: usize = 65536;
 
 /// The namespace of the attributes of tensors, their directories and mirrored files.
 pub const PREFIX: &str = "user.safetensors.";
+
+/// The namespace of what tensormount itself says of a file: the format it read a checkpoint as,
+/// what a converted file was converted from, why a checkpoint is not converted.
+pub const OWN_PREFIX: &str = "user.tensormount.";
 
 /// What a tensor file's attributes are made from.
 struct TensorFile<'a> {
@@ -32,39 +36,57 @@ struct TensorFile<'a> {
 /// How an attribute's value is made, if the file has the attribute.
 type Value = fn(&TensorFile) -> Option<Vec<u8>>;
 
-/// Every attribute of a tensor file, in listing order: its name after [`PREFIX`], and its value.
+/// Every attribute of a tensor file, in listing order: its whole name, and its value.
 const TENSOR: &[(&str, Value)] = &[
-    ("dtype", |t| {
+    ("user.safetensors.dtype", |t| {
         Some(format!("{:?}", presented(t.tensor, t.widen).0).into_bytes())
     }),
-    ("shape", |t| Some(t.tensor.shape_json().into_bytes())),
-    ("data_offsets", |t| {
-        Some(format!("[{},{}]", t.tensor.begin, t.tensor.end).into_bytes())
+    ("user.safetensors.shape", |t| {
+        Some(t.tensor.shape_json().into_bytes())
     }),
-    ("offset", |t| {
-        Some(
+    // Offsets into a safetensors header's data buffer: safetensors files only.
+    ("user.safetensors.data_offsets", |t| {
+        (t.source.format() == Some(Format::Safetensors))
+            .then(|| format!("[{},{}]", t.tensor.begin, t.tensor.end).into_bytes())
+    }),
+    // Where the bytes lie in the source: only for a tensor stored as one stretch.
+    ("user.safetensors.offset", |t| {
+        t.tensor.strides.is_none().then(|| {
             (t.source.data_start() + t.tensor.begin)
                 .to_string()
-                .into_bytes(),
-        )
+                .into_bytes()
+        })
     }),
-    ("source", |t| {
-        Some(t.source.path.as_os_str().as_bytes().to_vec())
+    ("user.safetensors.source", |t| {
+        t.tensor
+            .strides
+            .is_none()
+            .then(|| t.source.path.as_os_str().as_bytes().to_vec())
     }),
     // A name longer than an attribute may be is left out (the file name is shortened then too).
-    ("name", |t| {
+    ("user.safetensors.name", |t| {
         (t.tensor.name.len() <= XATTR_SIZE_MAX).then(|| t.tensor.name.as_bytes().to_vec())
     }),
-    ("source_dtype", |t| {
+    ("user.safetensors.source_dtype", |t| {
         t.widen.map(|_| t.tensor.dtype_name().into_bytes())
     }),
-    ("npy_header_len", |t| {
+    ("user.safetensors.npy_header_len", |t| {
         t.npy_header.map(|n| n.to_string().into_bytes())
+    }),
+    // The kind of checkpoint, for tensors of a format other than safetensors.
+    ("user.tensormount.format", |t| {
+        t.source
+            .kind()
+            .filter(|k| *k != "safetensors")
+            .map(|k| k.as_bytes().to_vec())
     }),
 ];
 
 /// A mirrored file's attribute: why it is not interpreted as its name says.
 const ERROR: &str = "error";
+
+/// A converted file's attribute: the checkpoint it was converted from.
+const CONVERTED_FROM: &str = "user.tensormount.converted_from";
 
 impl Node {
     fn tensor_file(&self) -> Option<TensorFile<'_>> {
@@ -95,12 +117,13 @@ impl Node {
             return TENSOR
                 .iter()
                 .filter(|(_, value)| value(&t).is_some())
-                .map(|(key, _)| format!("{PREFIX}{key}"))
+                .map(|(name, _)| name.to_string())
                 .collect();
         }
         match &self.content {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
-            Content::Mirror { error: Some(_), .. } => vec![format!("{PREFIX}{ERROR}")],
+            Content::Mirror { error: Some(e), .. } => vec![error_name(e)],
+            Content::Converted { .. } => vec![CONVERTED_FROM.to_string()],
             _ => Vec::new(),
         }
     }
@@ -110,18 +133,31 @@ impl Node {
         if let Content::Dir(d) = &self.content {
             return d.xattrs.get(name).map(|v| v.clone().into_bytes());
         }
-        let key = name.strip_prefix(PREFIX)?;
         if let Some(t) = self.tensor_file() {
-            let (_, value) = TENSOR.iter().find(|(k, _)| *k == key)?;
+            let (_, value) = TENSOR.iter().find(|(k, _)| *k == name)?;
             return value(&t);
         }
         match &self.content {
-            Content::Mirror { error: Some(e), .. } if key == ERROR => {
+            Content::Mirror { error: Some(e), .. } if name == error_name(e) => {
                 Some(e.to_string().into_bytes())
+            }
+            Content::Converted { source, .. } if name == CONVERTED_FROM => {
+                Some(source.path.as_os_str().as_bytes().to_vec())
             }
             _ => None,
         }
     }
+}
+
+/// The attribute that says why a mirrored file is not interpreted as its name says: in
+/// tensormount's own namespace for a checkpoint of another format than safetensors.
+fn error_name(e: &FileError) -> String {
+    let own = match e {
+        FileError::NotConverted(_) => true,
+        FileError::Invalid(e) => e.format() == Some(Format::Pytorch),
+        FileError::BeingWritten(_) | FileError::Set(_) => false,
+    };
+    format!("{}{ERROR}", if own { OWN_PREFIX } else { PREFIX })
 }
 
 /// `user.safetensors.metadata.KEY` for each metadata entry the kernel can carry (name, value and

@@ -22,7 +22,7 @@ use super::error::{DescribeError, PlanError, ReadError, SourceError};
 use super::opened::{Opened, Slot};
 use super::sources::Sources;
 use super::version::Version;
-use crate::format::{self, Description, Format};
+use crate::format::{self, Converted, Description, Format};
 use crate::index::{self, Index, Plan};
 use crate::sys;
 
@@ -51,9 +51,14 @@ pub enum Warning {
     NameTaken,
     /// A shared mapping of it was refused.
     Unmappable,
+    /// What its reader left out or found odd.
+    Notes,
 }
 
 type Described = Result<Arc<Description>, Arc<DescribeError>>;
+
+/// The safetensors file a checkpoint converts to, or why it is not offered as one.
+pub type Conversion = Result<Arc<Converted>, Arc<str>>;
 
 /// One version of a source file.
 #[derive(Debug)]
@@ -82,6 +87,8 @@ pub struct Source {
     digest: OnceLock<(usize, u64)>,
     /// For an index, on first use: what it says, in brief.
     plan: OnceLock<Result<Arc<Plan>, Arc<PlanError>>>,
+    /// For a valid checkpoint of another format, on first use: what it converts to.
+    converted: OnceLock<Option<Conversion>>,
 }
 
 impl Source {
@@ -105,6 +112,7 @@ impl Source {
             described: Default::default(),
             digest: OnceLock::new(),
             plan: OnceLock::new(),
+            converted: OnceLock::new(),
         })
     }
 
@@ -134,6 +142,22 @@ impl Source {
                 format::describe(format, &file, &self.path).map_err(DescribeError::Invalid)?;
             Ok(Arc::new(description))
         })
+    }
+
+    /// The safetensors file this valid file of `format` converts to, or why it is not offered as
+    /// one; `None` for a safetensors file, or one that is not valid.
+    pub fn converted(&self, format: Format) -> Option<&Conversion> {
+        self.converted
+            .get_or_init(|| {
+                let wanted = self.describe(format).as_ref().ok()?.conversion.as_ref()?;
+                Some(match wanted {
+                    Ok(state_dict) => Converted::of(state_dict)
+                        .map(Arc::new)
+                        .map_err(|e| Arc::from(format!("not offered as safetensors: {e}"))),
+                    Err(why) => Err(Arc::from(why.as_str())),
+                })
+            })
+            .as_ref()
     }
 
     /// The file parsed as an index, or why it is broken. Parsed anew on each call: an index of a
@@ -197,6 +221,14 @@ impl Source {
         self.described
             .iter()
             .find_map(|d| Some(d.get()?.as_ref().ok()?.format))
+    }
+
+    /// What its reader found it to be (`safetensors`, `pytorch-zip`, ...), if it has valid
+    /// tensors.
+    pub fn kind(&self) -> Option<&'static str> {
+        self.described
+            .iter()
+            .find_map(|d| Some(d.get()?.as_ref().ok()?.kind))
     }
 
     /// True the first time only: whoever warns about a problem of this kind with this version

@@ -7,12 +7,14 @@
 //! - [`registry`]: the same `Source` for a file as long as it is unchanged;
 //! - [`opened`]: a source's descriptor and mapping while it is open;
 //! - [`lease`]: read leases, which spare reads the check that their source is unchanged;
+//! - [`gather`]: where bytes that are not one stretch of their source lie;
 //! - [`read`]: the one read path, waiting on storage or not;
 //! - [`version`]: which file, and which version of it;
 //! - [`error`]: this layer's errors.
 
 mod error;
 mod file;
+mod gather;
 mod lease;
 mod opened;
 mod read;
@@ -21,7 +23,8 @@ mod sources;
 mod version;
 
 pub use error::{DescribeError, PlanError, ReadError, SourceError};
-pub use file::{Hold, Parse, Source, Warning, is_remote};
+pub use file::{Conversion, Hold, Parse, Source, Warning, is_remote};
+pub use gather::Stored;
 pub use lease::SIGNAL as LEASE_SIGNAL;
 pub use opened::Opened;
 pub use read::{Body, Reading, Wait};

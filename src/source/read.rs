@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use super::error::ReadError;
 use super::file::Source;
+use super::gather::{self, Stored};
 use super::opened::Opened;
 use crate::sys;
 use crate::widen::Widening;
@@ -62,7 +63,8 @@ pub struct Reading<'a> {
 }
 
 /// Presented bytes `[offset, offset + len)` of what starts at byte `start` of `source`: its bytes
-/// as they are, or (with `widen`) the stored elements from there, widened.
+/// as they are, or (with `widen`) the stored elements from there, widened. Where `stored` says
+/// they are not one stretch, they are gathered from where they lie (`start` is then unused).
 #[derive(Debug)]
 pub struct Body<'a> {
     pub source: Cow<'a, Arc<Source>>,
@@ -70,7 +72,12 @@ pub struct Body<'a> {
     pub offset: u64,
     pub len: u64,
     pub widen: Option<Widening>,
+    pub stored: Stored,
 }
+
+/// Gathered reads whose runs lie within this many bytes of each other (or within four times the
+/// read's length) read that whole stretch at once rather than run by run.
+const GATHER_SPAN: u64 = 1 << 20;
 
 impl Reading<'_> {
     /// The same reading, owning what it borrowed (to be sent from another thread).
@@ -83,6 +90,7 @@ impl Reading<'_> {
                 offset: b.offset,
                 len: b.len,
                 widen: b.widen,
+                stored: b.stored,
             }),
         }
     }
@@ -95,6 +103,11 @@ impl Reading<'_> {
             return Some(Ok(()));
         };
         let source: &Source = &body.source;
+        let gathered = !matches!(body.stored, Stored::Contiguous);
+        if gathered && wait == Wait::No {
+            // Gathering may take many reads of storage: always on the pool.
+            return None;
+        }
         let (slot, opened_now);
         let opened: &Opened = match wait {
             Wait::No => {
@@ -115,8 +128,9 @@ impl Reading<'_> {
             wait,
         };
         match body.widen {
+            None if gathered => read.gathered(&self.head, body, send),
             None => read.plain(&self.head, body.start + body.offset, body.len, send),
-            Some(w) => read.widened(&self.head, w, body.start, body.offset, body.len, send),
+            Some(w) => read.widened(&self.head, w, body, send),
         }
     }
 }
@@ -179,22 +193,37 @@ impl Read<'_> {
         })
     }
 
-    /// `head`, then presented bytes `[offset, offset + len)` of a tensor whose stored bytes start
-    /// at `start`, widened by `widening`: the stored elements under that range are read and
-    /// widened into a buffer.
+    /// `head`, then the presented bytes of `body`, gathered from where they lie.
+    fn gathered(
+        &self,
+        head: &[u8],
+        body: &Body<'_>,
+        send: impl FnOnce(&[u8]),
+    ) -> Option<Result<(), ReadError>> {
+        with_buffer(head.len() + body.len as usize, |buf| {
+            buf[..head.len()].copy_from_slice(head);
+            if let Err(e) = self.fill(&mut buf[head.len()..], body, body.offset)? {
+                return Some(Err(e));
+            }
+            send(buf);
+            Some(Ok(()))
+        })
+    }
+
+    /// `head`, then presented bytes `[offset, offset + len)` of the tensor of `body`, widened by
+    /// `widening`: the stored elements under that range are read and widened into a buffer.
     fn widened(
         &self,
         head: &[u8],
         widening: Widening,
-        start: u64,
-        offset: u64,
-        len: u64,
+        body: &Body<'_>,
         send: impl FnOnce(&[u8]),
     ) -> Option<Result<(), ReadError>> {
+        let (offset, len) = (body.offset, body.len);
         let stored = widening.stored_range(offset, len);
         WIDEN.with_borrow_mut(|(raw, out)| {
             raw.resize(stored.len as usize, 0);
-            if let Err(e) = self.take(raw, start + stored.start)? {
+            if let Err(e) = self.fill(raw, body, stored.start)? {
                 return Some(Err(e));
             }
             out.clear();
@@ -206,6 +235,50 @@ impl Read<'_> {
             send(out);
             Some(Ok(()))
         })
+    }
+
+    /// Fills `buf` with the stored bytes of `body` from `offset`: one stretch, or gathered.
+    fn fill(&self, buf: &mut [u8], body: &Body<'_>, offset: u64) -> Option<Result<(), ReadError>> {
+        let len = buf.len() as u64;
+        let mut runs = Vec::new();
+        let mut push = |at, n| runs.push((at, n));
+        match &body.stored {
+            Stored::Contiguous => return self.take(buf, body.start + offset),
+            Stored::Strided(tensor) => gather::tensor_runs(tensor, offset, len, &mut push),
+            Stored::Converted(c) => gather::converted_runs(c, offset, len, &mut push),
+        }
+        Some(self.gather(buf, &runs))
+    }
+
+    /// Fills `buf` with the bytes of `runs` (each where it lies in the source, and its length),
+    /// one after the other, then checks that they are this version's. Runs close together are read
+    /// in one stretch.
+    fn gather(&self, buf: &mut [u8], runs: &[(u64, u64)]) -> Result<(), ReadError> {
+        let (source, opened) = (self.source, self.opened);
+        let file = opened.file();
+        let low = runs.iter().map(|r| r.0).min().unwrap_or(0);
+        let high = runs.iter().map(|r| r.0 + r.1).max().unwrap_or(0);
+        let span = high - low;
+        let read = if span <= GATHER_SPAN.max(4 * buf.len() as u64) {
+            let mut stretch = vec![0; span as usize];
+            file.read_exact_at(&mut stretch, low).map(|()| {
+                let mut to = 0;
+                for &(at, n) in runs {
+                    let from = (at - low) as usize;
+                    buf[to..to + n as usize].copy_from_slice(&stretch[from..from + n as usize]);
+                    to += n as usize;
+                }
+            })
+        } else {
+            let mut to = 0;
+            runs.iter().try_for_each(|&(at, n)| {
+                let done = file.read_exact_at(&mut buf[to..to + n as usize], at);
+                to += n as usize;
+                done
+            })
+        };
+        source.check(opened, 0, high)?;
+        read.map_err(|e| source.read_failed(&e))
     }
 
     /// Fills `buf` with the bytes at `at`, then checks that they are this version's. `None` where
