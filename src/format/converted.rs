@@ -17,6 +17,16 @@ const METADATA: (&str, &str) = ("format", "pt");
 /// The header length prefix and the header's alignment, as the official writer has them.
 const PREFIX_LEN: usize = 8;
 
+/// The stem Hugging Face gives the safetensors conversion of a checkpoint whose stem is `stem`:
+/// `pytorch_model` becomes `model` (shards and variants keep the rest of their name); anything
+/// else is kept.
+pub fn converted_stem(stem: &[u8]) -> Vec<u8> {
+    match stem.strip_prefix(b"pytorch_model") {
+        Some(rest) => [b"model", rest].concat(),
+        None => stem.to_vec(),
+    }
+}
+
 /// A virtual safetensors file: its header (length prefix included), then each tensor's bytes in
 /// order.
 #[derive(Debug)]

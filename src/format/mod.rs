@@ -20,7 +20,7 @@ mod pytorch;
 mod reader;
 mod safetensors;
 
-pub use converted::{Converted, Part};
+pub use converted::{Converted, Part, converted_stem};
 pub use description::{Description, Dtype, Format, Tensor};
 pub use error::{Accident, FormatError, rule_name};
 pub use reader::describe;

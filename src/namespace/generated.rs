@@ -25,11 +25,11 @@ use super::node::{Attr, Content, FileError, Ino, Origin, Xattrs};
 use super::options::Policy;
 use super::record::Generated;
 use super::scan::{self, Flux};
-use super::sets::{self, SetError, Shard};
+use super::sets::{self, Merged, SetError, Shard};
 use super::snapshot::Snapshot;
 use super::xattrs;
-use crate::format::Format;
-use crate::index;
+use crate::format::{Format, converted_stem};
+use crate::index::{self, Plan};
 use crate::parallel;
 use crate::source::{Parse, Source, Warning};
 
@@ -71,6 +71,9 @@ enum Wanted {
     Set,
     /// For a checkpoint of another format, the safetensors file it converts to.
     Converted(Format),
+    /// For the index of a set of checkpoints, the index of the safetensors files they convert
+    /// to.
+    ConvertedIndex,
 }
 
 impl Want {
@@ -161,9 +164,18 @@ impl Step<'_> {
         !self.never && !scan::is_partial(name)
     }
 
+    /// The merged directory an index of this name asks for (a PyTorch index only while
+    /// checkpoints are read).
+    fn merged_dir(&self, name: &[u8]) -> Option<String> {
+        let name = std::str::from_utf8(name).ok()?;
+        let dir = index::merged_dir_name(name)?;
+        let checkpoints = index::converted_index_name(name.as_bytes()).is_some();
+        (self.policy.options.pickle || !checkpoints).then_some(dir)
+    }
+
     /// What a file of this name is read as ahead of use, if anything.
     fn parse_of(&self, name: &[u8]) -> Option<Parse> {
-        if merged_dir(name).is_some() {
+        if self.merged_dir(name).is_some() {
             return Some(Parse::Index);
         }
         let (format, _) = self.policy.options.format_of(name)?;
@@ -251,12 +263,19 @@ impl Step<'_> {
                         errors.insert(name.clone(), FileError::Invalid(e.clone()));
                     }
                 }
-            } else if let Some(dir) = merged_dir(name) {
+            } else if let Some(dir) = self.merged_dir(name) {
                 wants.push(Want {
                     file: i,
                     dir: dir.into_bytes(),
                     what: Wanted::Set,
                 });
+                if let Some(converted) = index::converted_index_name(name) {
+                    wants.push(Want {
+                        file: i,
+                        dir: converted,
+                        what: Wanted::ConvertedIndex,
+                    });
+                }
             }
         }
         Ok(wants)
@@ -292,13 +311,16 @@ impl Step<'_> {
             match verdict {
                 Verdict::Wins => {}
                 // A model published in both formats: the real file is the conversion.
-                Verdict::Real if matches!(want.what, Wanted::Converted(_)) => {
+                Verdict::Real
+                    if matches!(want.what, Wanted::Converted(_) | Wanted::ConvertedIndex) =>
+                {
                     log::debug!("{}: {dir_name} is a real file", path.display());
                 }
                 Verdict::Real => {
                     if source.first_warning(Warning::NameTaken) {
                         let what = match want.what {
                             Wanted::Set => "merged tensors",
+                            Wanted::ConvertedIndex => "index of its conversions",
                             Wanted::Tensors(_) => "tensors",
                             Wanted::Converted(_) => "safetensors file it converts to",
                         };
@@ -370,21 +392,17 @@ impl Step<'_> {
             errors.insert(name.clone(), self.being_written());
             return Ok(None);
         }
-        let merged = match source.plan() {
-            Ok(plan) => sets::check(
-                plan,
-                |shard| {
-                    let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
-                    Some(Shard {
-                        source: s,
-                        settled: !self.in_flux(n),
-                    })
-                },
-                || source.index(),
-            )
-            .map(|m| (plan, m)),
-            Err(e) => Err(SetError::Index(e.clone())),
-        };
+        let merged = self.merged(name, source, files);
+        if want.what == Wanted::ConvertedIndex {
+            // Its set's problems are the set's want's to report.
+            return Ok(merged
+                .ok()
+                .and_then(|(_, m)| converted_index(dir, source, &m))
+                .map(|(draft, inputs)| Drafted {
+                    draft: Slot::Kept(draft),
+                    inputs,
+                }));
+        }
         let (plan, merged) = match merged {
             Ok(m) => m,
             Err(why) => {
@@ -434,6 +452,32 @@ impl Step<'_> {
             draft: Slot::New(build),
             inputs,
         }))
+    }
+
+    /// The set of the index `source` (a file of `files`), checked against its shards.
+    fn merged<'f>(
+        &self,
+        index: &[u8],
+        source: &'f Arc<Source>,
+        files: &'f [(Arc<[u8]>, Arc<Source>)],
+    ) -> Result<(&'f Arc<Plan>, Merged), SetError> {
+        let plan = source
+            .plan()
+            .as_ref()
+            .map_err(|e| SetError::Index(e.clone()))?;
+        let merged = sets::check(
+            plan,
+            |shard| {
+                let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
+                Some(Shard {
+                    source: s,
+                    format: sets::shard_format(self.policy.options, index, n),
+                    settled: !self.in_flux(n),
+                })
+            },
+            || source.index(),
+        )?;
+        Ok((plan, merged))
     }
 
     /// The old generated directory `name` if it was built from the same sources.
@@ -499,18 +543,48 @@ impl Step<'_> {
 /// `pytorch_model` becomes `model` (shards and variants keep the rest of their name), anything
 /// else keeps its stem; then `.safetensors`.
 fn converted_name(stem: &[u8]) -> Vec<u8> {
-    let stem = match stem.strip_prefix(b"pytorch_model") {
-        Some(rest) => [b"model", rest].concat(),
-        None => stem.to_vec(),
-    };
-    [&stem[..], b".safetensors"].concat()
+    [&converted_stem(stem)[..], b".safetensors"].concat()
 }
 
-/// The merged directory an index of this name asks for.
-fn merged_dir(name: &[u8]) -> Option<String> {
-    std::str::from_utf8(name)
-        .ok()
-        .and_then(index::merged_dir_name)
+/// The index of the safetensors files a set of checkpoints converts to, named `name`: the index
+/// `source` with each shard named by its conversion, as `transformers` writes an index (sorted
+/// keys, two-space indent, a final newline). Shown only while every shard converts.
+fn converted_index(
+    name: Arc<[u8]>,
+    source: &Arc<Source>,
+    merged: &Merged,
+) -> Option<(Draft, Vec<Arc<Source>>)> {
+    let converts = merged.shards.iter().all(|s| {
+        let format = s.format();
+        format.is_some_and(|f| matches!(s.converted(f), Some(Ok(_))))
+    });
+    let idx = source.index().ok().filter(|_| converts)?;
+    let weight_map: serde_json::Map<String, Value> = idx
+        .weight_map
+        .into_iter()
+        .map(|(tensor, shard)| {
+            let file = match Format::of(shard.as_bytes()) {
+                Some((_, stem)) => converted_name(stem),
+                None => shard.into_bytes(),
+            };
+            (
+                tensor,
+                Value::String(String::from_utf8_lossy(&file).into_owned()),
+            )
+        })
+        .collect();
+    let mut top = serde_json::Map::new();
+    if let Some(m) = idx.metadata {
+        top.insert("metadata".into(), Value::Object(m));
+    }
+    top.insert("weight_map".into(), Value::Object(weight_map));
+    let mut json = serde_json::to_vec_pretty(&Value::Object(top)).ok()?;
+    json.push(b'\n');
+    let attr = draft::file_attr(&source.meta, json.len() as u64);
+    let mut inputs = vec![source.clone()];
+    inputs.extend(merged.shards.iter().cloned());
+    let content = Content::Generated(json.into());
+    Some((Draft::file(name, attr, content), inputs))
 }
 
 /// A generated directory new to the tree (see [`Build`]), its entries counted against `budget`.

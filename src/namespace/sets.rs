@@ -10,8 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use super::options::Options;
 use crate::format::{Description, Format, Tensor};
-use crate::index::{Index, Plan};
+use crate::index::{Index, Plan, converted_index_name};
 use crate::source::{PlanError, Source};
 
 /// A tensor with the source it is served from.
@@ -20,8 +21,22 @@ type Entry = (Arc<Tensor>, Arc<Source>);
 /// A file of the index's directory, as the check needs it.
 pub struct Shard<'a> {
     pub source: &'a Arc<Source>,
+    /// The format its name says, among those read.
+    pub format: Option<Format>,
     /// Not being written (see [`super::scan::Flux`]).
     pub settled: bool,
+}
+
+/// The format of the shard `shard` of the index `index`, by its name: a safetensors index's
+/// shards are safetensors files, a PyTorch index's (`*.bin.index*.json`) checkpoints, when
+/// `options` reads them.
+pub fn shard_format(options: &Options, index: &[u8], shard: &[u8]) -> Option<Format> {
+    let kind = match converted_index_name(index) {
+        Some(_) => Format::Pytorch,
+        None => Format::Safetensors,
+    };
+    let (format, _) = options.format_of(shard)?;
+    (format == kind).then_some(format)
 }
 
 /// What a valid set merges: its tensors with their sources, and the shards (sorted by name).
@@ -37,7 +52,8 @@ pub enum SetError {
     Index(Arc<PlanError>),
     /// A shard the index names is not a file of its directory.
     ShardMissing(String),
-    /// A shard the index names is not named `*.safetensors`.
+    /// A shard the index names is not named `*.safetensors` (or as a PyTorch checkpoint, while
+    /// those are read).
     NotSafetensors(String),
     /// A shard is still being written (no problem yet: it may settle).
     ShardSettling(String),
@@ -127,7 +143,7 @@ pub fn check<'a>(
     let mut shards = Vec::with_capacity(plan.shards.len());
     for (shard, &wanted) in &plan.shards {
         let (source, parsed) = usable(shard, file(shard))?;
-        if source.digest() != wanted {
+        if source.digest(parsed.format) != wanted {
             // Some tensor is where the index does not say: find it.
             return Err(match full().map(|idx| check_full(&idx, file)) {
                 Ok(Err(e)) => e,
@@ -150,13 +166,13 @@ fn usable<'a>(
     let Some(f) = f else {
         return Err(SetError::ShardMissing(shard.to_string()));
     };
-    if !shard.ends_with(".safetensors") {
+    let Some(format) = f.format else {
         return Err(SetError::NotSafetensors(shard.to_string()));
-    }
+    };
     if !f.settled {
         return Err(SetError::ShardSettling(shard.to_string()));
     }
-    match f.source.describe(Format::Safetensors) {
+    match f.source.describe(format) {
         Ok(parsed) => Ok((f.source, parsed)),
         Err(_) => Err(SetError::ShardInvalid(shard.to_string())),
     }
@@ -178,7 +194,7 @@ fn check_full<'a>(
     // Every tensor of a shard is listed for that shard...
     let mut entries = Vec::with_capacity(idx.weight_map.len());
     for (shard, src) in &shards {
-        let Ok(parsed) = src.describe(Format::Safetensors) else {
+        let Some(Ok(parsed)) = src.format().map(|f| src.describe(f)) else {
             continue;
         };
         for t in &parsed.tensors {

@@ -83,7 +83,8 @@ pub struct Source {
     /// Its tensors as a file of each format (by [`Format::index`]), read on first use. A file is
     /// only ever asked for the one format its name says.
     described: [OnceLock<Described>; Format::ALL.len()],
-    /// For a valid safetensors file: the count and digest of its tensor names ([`index::digest`]).
+    /// For a valid file of its format: the count and digest of its tensor names
+    /// ([`index::digest`]).
     digest: OnceLock<(usize, u64)>,
     /// For an index, on first use: what it says, in brief.
     plan: OnceLock<Result<Arc<Plan>, Arc<PlanError>>>,
@@ -197,14 +198,13 @@ impl Source {
         self.sources.step();
     }
 
-    /// The count and digest of this safetensors file's tensor names (none if it is not valid).
-    pub fn digest(&self) -> (usize, u64) {
-        *self
-            .digest
-            .get_or_init(|| match self.describe(Format::Safetensors) {
-                Ok(d) => index::digest(d.tensors.iter().map(|t| &*t.name)),
-                Err(_) => (0, 0),
-            })
+    /// The count and digest of the tensor names of this file of `format` (none if it is not
+    /// valid).
+    pub fn digest(&self, format: Format) -> (usize, u64) {
+        *self.digest.get_or_init(|| match self.describe(format) {
+            Ok(d) => index::digest(d.tensors.iter().map(|t| &*t.name)),
+            Err(_) => (0, 0),
+        })
     }
 
     /// Where the data its tensors' offsets are relative to starts (0 before it is described, or

@@ -521,6 +521,11 @@ fn check_set(
             let (_, source, settled) = sources.iter().find(|(n, ..)| *n == shard)?;
             Some(sets::Shard {
                 source,
+                format: sets::shard_format(
+                    &Options::default(),
+                    b"model.safetensors.index.json",
+                    shard.as_bytes(),
+                ),
                 settled: *settled,
             })
         },
@@ -649,6 +654,7 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
         |_| {
             Some(sets::Shard {
                 source: &source,
+                format: Some(crate::format::Format::Safetensors),
                 settled: true,
             })
         },
