@@ -65,8 +65,11 @@ pub struct Description {
     /// For a file of another format: the tensors of the safetensors file it converts to (its
     /// state dict, by the names the conversion gives them), or why it is not offered as one.
     /// `None` for a safetensors file.
-    pub conversion: Option<Result<Vec<(Arc<str>, Arc<Tensor>)>, String>>,
+    pub conversion: Option<Result<StateDict, String>>,
 }
+
+/// The tensors of a state dict, by the names the dict gives them.
+pub type StateDict = Vec<(Arc<str>, Arc<Tensor>)>;
 
 /// One tensor of a file.
 #[derive(Debug)]

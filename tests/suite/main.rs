@@ -20,6 +20,8 @@ mod layering;
 mod loaders;
 /// The Debian package and the wheel.
 mod packaging;
+/// PyTorch checkpoints: tensor files, the virtual safetensors file, malicious pickles.
+mod pickle;
 /// Reads: every path a read takes, against the source's bytes.
 mod reads;
 /// Sources that change while mounted.

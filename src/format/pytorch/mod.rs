@@ -2,17 +2,330 @@
 //! later) and the legacy format before it. The pickle is interpreted by a machine that only builds
 //! data ([`pickle`]): no global is ever imported, looked up or called.
 //!
-//! - [`pickle`]: the non-executing pickle machine;
+//! - [`pickle`]: the non-executing pickle machine, and [`value`]: what it builds;
+//! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
+//! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way);
 //! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container.
+//!
+//! This module tells the containers apart by the file's first bytes and places each tensor in its
+//! storage: tensor offsets are absolute file offsets (`data_start` is 0).
 
+mod danger;
+mod dtypes;
+mod legacy;
+mod pickle;
+mod torch;
+mod value;
+mod zip;
+
+use std::collections::HashMap;
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
-use super::description::Description;
+use super::description::{Description, Format, Tensor};
 use super::error::FormatError;
+use pickle::PickleError;
+use torch::Found;
+
+/// Most notes kept per file; the rest are counted in one last note.
+const MAX_NOTES: usize = 100;
+/// Largest pickle read into memory.
+const MAX_PICKLE: u64 = 1 << 30;
+
+/// Where a storage's bytes lie in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: u64,
+    len: u64,
+}
+
+/// A checkpoint's container, read: its main pickle, the storages' places, and the dangerous
+/// globals of all its pickles.
+struct Container {
+    kind: &'static str,
+    main: pickle::Pickle,
+    storages: HashMap<String, Span>,
+    dangerous: Vec<String>,
+}
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
-pub fn describe(_file: &File, path: &Path) -> Result<Description, FormatError> {
-    Err(FormatError::Foreign(path.to_path_buf()))
+pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
+    let len = file
+        .metadata()
+        .map_err(|e| FormatError::Io(path.to_path_buf(), e))?
+        .len();
+    let mut head = vec![0u8; len.min(legacy::SNIFF_LEN) as usize];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
+    let container = if head.starts_with(b"PK\x03\x04") {
+        zip::read(file, len, path)?
+    } else if head.starts_with(&legacy::MAGIC_PICKLE) {
+        legacy::read(file, len, path)?
+    } else if legacy::is_tar_checkpoint(&head) {
+        return Err(checkpoint(
+            path,
+            "TarCheckpoint",
+            "a tar checkpoint of PyTorch before 0.4, which this reader does not read",
+            false,
+        ));
+    } else if pickle::starts_pickle(&head) {
+        return Err(plain_pickle(file, len, path));
+    } else {
+        return Err(FormatError::Foreign(path.to_path_buf()));
+    };
+    build(container, path)
 }
+
+/// A file that is one plain pickle rather than a `torch.save` checkpoint: `torch.load` would still
+/// unpickle it, so one that names a dangerous global is refused by name (nothing is run either
+/// way); any other is simply not a checkpoint.
+fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
+    let foreign = FormatError::Foreign(path.to_path_buf());
+    if len > MAX_PICKLE {
+        return foreign;
+    }
+    let mut bytes = vec![0u8; len as usize];
+    if file.read_exact_at(&mut bytes, 0).is_err() {
+        return foreign;
+    }
+    let Ok(p) = pickle::load(&bytes) else {
+        return foreign;
+    };
+    let mut dangerous = Vec::new();
+    danger::dangerous_globals(&p, &mut dangerous);
+    if dangerous.is_empty() {
+        return foreign;
+    }
+    checkpoint(
+        path,
+        "UnsafePickle",
+        format!(
+            "a plain pickle, not a torch.save checkpoint, that calls {}; nothing was run, the \
+             file is not offered as safetensors",
+            dangerous.join(", ")
+        ),
+        false,
+    )
+}
+
+fn checkpoint(
+    path: &Path,
+    rule: &'static str,
+    what: impl Into<String>,
+    cut_short: bool,
+) -> FormatError {
+    FormatError::Checkpoint {
+        path: path.to_path_buf(),
+        rule,
+        what: what.into(),
+        cut_short,
+    }
+}
+
+/// A pickle error, as the file's: `part` names the pickle (`data.pkl`, ...).
+fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatError {
+    checkpoint(path, e.rule, format!("{part}: {e}"), e.cut_short())
+}
+
+/// Runs the pickle at the start of `bytes` (`part` names it, for messages).
+fn load(path: &Path, part: &str, bytes: &[u8]) -> Result<pickle::Pickle, FormatError> {
+    pickle::load(bytes).map_err(|e| pickle_error(path, part, e))
+}
+
+/// The description of a read container: its tensors placed, the notes, the conversion.
+fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
+    let walked =
+        torch::walk(&c.main).map_err(|what| checkpoint(path, "TooManyPaths", what, false))?;
+    let mut notes = walked.notes;
+    let mut tensors = Vec::with_capacity(walked.found.len());
+    // The first tensor of each value, for the state dict (its names are the same tensor).
+    let mut by_value: HashMap<pickle::Id, Arc<Tensor>> = HashMap::new();
+    for found in walked.found {
+        match place(&found, &c.storages) {
+            Ok(t) => {
+                let t = Arc::new(t);
+                by_value
+                    .entry(found.value)
+                    .or_insert_with(|| Arc::clone(&t));
+                tensors.push(t);
+            }
+            Err(why) => notes.push(format!("tensor `{}` {why}", found.name)),
+        }
+    }
+    tensors.sort_by(|a, b| (a.begin, &a.name).cmp(&(b.begin, &b.name)));
+
+    let conversion = if c.dangerous.is_empty() {
+        match walked.state_dict {
+            Ok(keys) => {
+                let mut entries = Vec::with_capacity(keys.len());
+                let mut left_out = Vec::new();
+                for (key, value) in keys {
+                    match by_value.get(&value) {
+                        Some(t) => entries.push((Arc::from(key.as_str()), Arc::clone(t))),
+                        None => left_out.push(key),
+                    }
+                }
+                if !left_out.is_empty() {
+                    notes.push(left_out_note(&left_out));
+                }
+                if entries.is_empty() {
+                    Err("no tensors".to_string())
+                } else {
+                    Ok(entries)
+                }
+            }
+            Err(why) => Err(why),
+        }
+    } else {
+        let why = format!(
+            "the pickle calls {}; nothing was run, the file is not offered as safetensors",
+            c.dangerous.join(", ")
+        );
+        notes.insert(0, why.clone());
+        Err(why)
+    };
+    Ok(Description {
+        format: Format::Pytorch,
+        kind: c.kind,
+        data_start: 0,
+        tensors,
+        metadata: None,
+        notes: bounded_notes(notes, walked.more_notes, path),
+        conversion: Some(conversion),
+    })
+}
+
+/// The one note on the tensors of the state dict that have no file (each has a note saying why).
+fn left_out_note(names: &[String]) -> String {
+    const LISTED: usize = 10;
+    let listed: Vec<String> = names
+        .iter()
+        .take(LISTED)
+        .map(|n| format!("`{n}`"))
+        .collect();
+    let more = match names.len().saturating_sub(LISTED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(
+        "the conversion to safetensors leaves out the tensors of the state dict that have no \
+         file: {}{more}",
+        listed.join(", ")
+    )
+}
+
+/// The notes as whole messages (the logger adds `tensormount: `), at most [`MAX_NOTES`] and one that counts the rest (and the
+/// `more` the walk did not keep).
+fn bounded_notes(notes: Vec<String>, more: usize, path: &Path) -> Vec<String> {
+    let more = notes.len().saturating_sub(MAX_NOTES).saturating_add(more);
+    let mut out: Vec<String> = notes
+        .into_iter()
+        .take(MAX_NOTES)
+        .map(|n| format!("{}: {n}", path.display()))
+        .collect();
+    if more > 0 {
+        out.push(format!("{}: and {more} more", path.display()));
+    }
+    out
+}
+
+/// The tensor's place in the file, checked to lie inside its storage, which lies in the file (the
+/// container checked the storage's span).
+fn place(f: &Found, storages: &HashMap<String, Span>) -> Result<Tensor, String> {
+    let s = &f.storage;
+    let span = storages.get(&s.key).ok_or_else(|| {
+        format!(
+            "has its storage `{}` missing from the file: left out",
+            s.key
+        )
+    })?;
+    let overflow = || "has sizes that overflow: left out".to_string();
+    // The storage (or the view of it) in bytes, from the start of the storage's span.
+    let base = s.view_start.checked_mul(s.elem_size).ok_or_else(overflow)?;
+    let storage_len = s.numel.checked_mul(s.elem_size).ok_or_else(overflow)?;
+    if base
+        .checked_add(storage_len)
+        .is_none_or(|end| end > span.len)
+    {
+        return Err(format!(
+            "has its storage `{}` claim {storage_len} bytes where the file holds {}: left out",
+            s.key,
+            span.len.saturating_sub(base)
+        ));
+    }
+    let start = span.start.checked_add(base).ok_or_else(overflow)?;
+    let size = f.elem.size;
+    let shape = f
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Box<[usize]>>>()
+        .ok_or_else(overflow)?;
+    let numel = f
+        .shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or_else(overflow)?;
+    let tensor = |begin: u64, end: u64, strides: Option<Box<[u64]>>| Tensor {
+        name: Arc::from(f.name.as_str()),
+        dtype: f.dtype,
+        shape: shape.clone(),
+        begin,
+        end,
+        strides,
+    };
+    if numel == 0 {
+        let offset = f.offset.saturating_mul(size).min(storage_len);
+        let at = start.checked_add(offset).ok_or_else(overflow)?;
+        return Ok(tensor(at, at, None));
+    }
+    // The farthest element: offset + Σ (size_i − 1)·stride_i, which must be inside the storage.
+    let reach = f
+        .shape
+        .iter()
+        .zip(&f.strides)
+        .try_fold(f.offset, |r, (&d, &st)| {
+            r.checked_add((d - 1).checked_mul(st)?)
+        })
+        .ok_or_else(overflow)?;
+    let reach_end = reach
+        .checked_add(1)
+        .and_then(|r| r.checked_mul(size))
+        .ok_or_else(overflow)?;
+    if reach_end > storage_len {
+        return Err(format!(
+            "reaches element {reach} of its storage `{}`, which holds {} of its dtype: left out",
+            s.key,
+            storage_len / size.max(1)
+        ));
+    }
+    let begin = f
+        .offset
+        .checked_mul(size)
+        .and_then(|o| start.checked_add(o))
+        .ok_or_else(overflow)?;
+    let end = numel
+        .checked_mul(size)
+        .and_then(|n| begin.checked_add(n))
+        .ok_or_else(overflow)?;
+    let strides = (!contiguous(&f.shape, &f.strides)).then(|| f.strides.clone().into_boxed_slice());
+    Ok(tensor(begin, end, strides))
+}
+
+/// Whether the strides are C order's for the shape (dimensions of size 1 may have any stride).
+fn contiguous(shape: &[u64], strides: &[u64]) -> bool {
+    let mut expected = 1u64;
+    for (&d, &st) in shape.iter().zip(strides).rev() {
+        if d != 1 && st != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(d);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests;

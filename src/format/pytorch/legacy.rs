@@ -1,0 +1,158 @@
+//! The legacy container of `torch.save` (before PyTorch 1.6, or with
+//! `_use_new_zipfile_serialization=False`): pickles in a row (the magic number, the protocol
+//! version 1001, the `sys_info` dict, the main pickle, the list of storage keys), then each storage
+//! in that list's order: an 8-byte little-endian count of its elements, then its bytes.
+//!
+//! The pickles are read with `pread` into a buffer that grows (doubling) until the pickle's
+//! `STOP` is in it, so only the pickles, never the data, are read into memory.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::pickle::{self, Pickle, Value};
+use super::{Container, MAX_PICKLE, Span, checkpoint, danger, pickle_error, torch};
+use crate::format::error::FormatError;
+
+/// How much of the file's start is looked at to tell what it is (a tar header is 512 bytes).
+pub(super) const SNIFF_LEN: u64 = 512;
+
+/// The first pickle of every legacy checkpoint: protocol 2, `LONG1` of ten bytes, the magic
+/// number 0x1950a86a20f9469cfc6c, `STOP`.
+pub(super) const MAGIC_PICKLE: [u8; 15] = [
+    0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, b'.',
+];
+
+/// The protocol version of the legacy format.
+const PROTOCOL_VERSION: i64 = 1001;
+
+/// The first buffer a pickle is read into.
+const FIRST_READ: u64 = 1 << 16;
+
+/// Whether the file is a tar checkpoint of PyTorch before 0.4: a tar archive (`ustar` at 257)
+/// whose first member is one of torch's.
+pub(super) fn is_tar_checkpoint(head: &[u8]) -> bool {
+    let name = head.get(..100).unwrap_or_default();
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    head.get(257..262) == Some(b"ustar")
+        && [&b"sys_info"[..], b"pickle", b"tensors", b"storages"].contains(&name)
+}
+
+/// Reads the pickles and the storages' places.
+pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
+    let mut at = MAGIC_PICKLE.len() as u64;
+    let mut dangerous = Vec::new();
+    let mut next = |part: &str, at: &mut u64| -> Result<Pickle, FormatError> {
+        let p = load_at(file, len, *at, path, part)?;
+        danger::dangerous_globals(&p, &mut dangerous);
+        *at = at.saturating_add(p.consumed as u64);
+        Ok(p)
+    };
+    let version = next("the protocol version", &mut at)?;
+    if version.int(version.top) != Some(PROTOCOL_VERSION) {
+        return Err(checkpoint(
+            path,
+            "UnsupportedVersion",
+            "the legacy format's protocol version is not 1001",
+            false,
+        ));
+    }
+    let sys_info = next("sys_info", &mut at)?;
+    if let Value::Dict(pairs) = sys_info.get(sys_info.top)
+        && pairs.iter().any(|&(k, v)| {
+            sys_info.str(k) == Some("little_endian") && sys_info.get(v) == &Value::Bool(false)
+        })
+    {
+        return Err(checkpoint(
+            path,
+            "BigEndian",
+            "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
+            false,
+        ));
+    }
+    let main = next("the main pickle", &mut at)?;
+    let keys = next("the list of storage keys", &mut at)?;
+    let keys: Vec<String> = keys
+        .items(keys.top)
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|&k| keys.str(k).map(str::to_string))
+                .collect::<Option<_>>()
+        })
+        .ok_or_else(|| {
+            checkpoint(
+                path,
+                "BadStorageKeys",
+                "the storage keys are not a list of strings",
+                false,
+            )
+        })?;
+    let storages = place_storages(file, len, at, &keys, &torch::storages(&main), path)?;
+    Ok(Container {
+        kind: "pytorch-legacy",
+        main,
+        storages,
+        dangerous,
+    })
+}
+
+/// Each storage's bytes, in the keys' order from `at`: an 8-byte count of elements, then the
+/// elements (whose size the main pickle's persistent ids give).
+fn place_storages(
+    file: &File,
+    len: u64,
+    mut at: u64,
+    keys: &[String],
+    elem_sizes: &[(String, u64)],
+    path: &Path,
+) -> Result<HashMap<String, Span>, FormatError> {
+    let elem_sizes: HashMap<&str, u64> = elem_sizes.iter().map(|(k, s)| (k.as_str(), *s)).collect();
+    let mut storages = HashMap::with_capacity(keys.len());
+    for key in keys {
+        let out_of_file = |what: String| checkpoint(path, "StorageOutOfFile", what, true);
+        let &elem_size = elem_sizes.get(key.as_str()).ok_or_else(|| {
+            checkpoint(
+                path,
+                "UnknownStorage",
+                format!("storage `{key}` is listed but no tensor's storage is it"),
+                false,
+            )
+        })?;
+        let start = at.checked_add(8).filter(|&s| s <= len).ok_or_else(|| {
+            out_of_file(format!("the file ends before the size of storage `{key}`"))
+        })?;
+        let mut count = [0u8; 8];
+        file.read_exact_at(&mut count, at)
+            .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
+        let bytes = u64::from_le_bytes(count).checked_mul(elem_size);
+        let end = bytes.and_then(|b| start.checked_add(b));
+        at = end.filter(|&e| e <= len).ok_or_else(|| {
+            out_of_file(format!(
+                "storage `{key}` ends past the end of the file ({len} bytes)"
+            ))
+        })?;
+        let len = at - start;
+        storages.insert(key.clone(), Span { start, len });
+    }
+    Ok(storages)
+}
+
+/// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.
+fn load_at(file: &File, len: u64, at: u64, path: &Path, part: &str) -> Result<Pickle, FormatError> {
+    let available = len.saturating_sub(at).min(MAX_PICKLE);
+    let mut want = FIRST_READ.min(available);
+    loop {
+        let mut buf = vec![0; want as usize];
+        file.read_exact_at(&mut buf, at)
+            .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
+        match pickle::load(&buf) {
+            Err(e) if e.cut_short() && want < available => {
+                want = want.saturating_mul(2).min(available);
+            }
+            Err(e) => return Err(pickle_error(path, part, e)),
+            Ok(p) => return Ok(p),
+        }
+    }
+}

@@ -1,0 +1,883 @@
+//! A pickle machine that never executes anything: every opcode of protocols 0 to 5 (as Python's
+//! `pickletools` lists them) builds plain data in an arena. A global (`GLOBAL`, `STACK_GLOBAL`,
+//! `INST`, `OBJ`, `EXT*`) is only its name; calling one (`REDUCE`, `NEWOBJ`, `INST`, `OBJ`) only
+//! records the callable and its arguments; `BUILD`, `SETITEMS` and `APPENDS` on such an object
+//! record what they would have given it. What torch meant by it is [`torch`](super::torch)'s.
+//!
+//! Values live in an arena addressed by index, so memo sharing costs nothing, containers can grow
+//! after being memoized, and cycles are only indexes. Everything is bounded by the input: each
+//! opcode takes at least one byte and makes at most a few values, lengths read from the input are
+//! checked against what remains of it before anything is allocated, memo indexes key a map (never
+//! a vector sized by the file), and the stack has a limit of its own.
+
+use std::collections::HashMap;
+
+pub(super) use super::value::{Added, FALSE, Id, NONE, Pickle, PickleError, SeqKind, TRUE, Value};
+
+/// Most values one pickle may make (beyond that the input is not a checkpoint's pickle).
+const MAX_VALUES: usize = 1 << 25;
+/// Most items on the stack, all marks' frames together.
+const MAX_STACK: usize = 1 << 24;
+/// Highest pickle protocol.
+const MAX_PROTOCOL: u8 = 5;
+/// Longest integer (in bytes) kept as a number; longer ones are kept as their bytes.
+const SMALL_LONG: usize = 8;
+
+/// Whether `head` starts like a binary pickle (`PROTO` 2 to 5).
+pub(super) fn starts_pickle(head: &[u8]) -> bool {
+    matches!(head, [0x80, 2..=MAX_PROTOCOL, ..])
+}
+
+/// Runs the pickle at the start of `input` up to its `STOP`.
+pub(super) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
+    let mut m = Machine {
+        input,
+        pos: 0,
+        op_at: 0,
+        values: vec![Value::None, Value::Bool(true), Value::Bool(false)],
+        added: HashMap::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        max_values: input.len().saturating_add(16).min(MAX_VALUES),
+    };
+    loop {
+        m.op_at = m.pos;
+        let op = m.byte()?;
+        if op == b'.' {
+            let top = m.pop()?;
+            return Ok(Pickle {
+                values: m.values,
+                added: m.added,
+                top,
+                consumed: m.pos,
+            });
+        }
+        m.step(op)?;
+    }
+}
+
+struct Machine<'a> {
+    input: &'a [u8],
+    pos: usize,
+    /// Where the current opcode starts (for errors).
+    op_at: usize,
+    values: Vec<Value>,
+    added: HashMap<Id, Added>,
+    stack: Vec<Id>,
+    /// Stack lengths at each `MARK`.
+    marks: Vec<usize>,
+    memo: HashMap<u64, Id>,
+    max_values: usize,
+}
+
+impl<'a> Machine<'a> {
+    fn error(&self, rule: &'static str, what: impl Into<String>) -> PickleError {
+        PickleError {
+            rule,
+            at: self.op_at,
+            what: what.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
+        let input: &'a [u8] = self.input;
+        let end = self.pos.checked_add(n).filter(|&end| end <= input.len());
+        match end.and_then(|end| input.get(self.pos..end)) {
+            Some(bytes) => {
+                self.pos += n;
+                Ok(bytes)
+            }
+            None => Err(self.error(
+                "Truncated",
+                format!("the pickle ends inside the opcode (wants {n} more bytes)"),
+            )),
+        }
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
+        let bytes = self.take(N)?;
+        <[u8; N]>::try_from(bytes).map_err(|_| self.error("Truncated", "short read"))
+    }
+
+    fn byte(&mut self) -> Result<u8, PickleError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    /// A length read from the input, checked against what remains of it.
+    fn length(&mut self, len: u64) -> Result<usize, PickleError> {
+        let left = self.input.len().saturating_sub(self.pos);
+        match usize::try_from(len) {
+            Ok(len) if len <= left => Ok(len),
+            _ => Err(self.error(
+                "Truncated",
+                format!("a length of {len} bytes where {left} remain"),
+            )),
+        }
+    }
+
+    /// A text line (protocol 0), without its `\n`.
+    fn line(&mut self) -> Result<&'a [u8], PickleError> {
+        let rest = self.input.get(self.pos..).unwrap_or_default();
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                let line = self.take(n)?;
+                self.pos += 1;
+                Ok(line)
+            }
+            None => Err(self.error("Truncated", "the pickle ends inside a text line")),
+        }
+    }
+
+    fn text_line(&mut self) -> Result<String, PickleError> {
+        Ok(String::from_utf8_lossy(self.line()?).into_owned())
+    }
+
+    fn make(&mut self, value: Value) -> Result<Id, PickleError> {
+        if self.values.len() >= self.max_values {
+            return Err(self.error("TooManyValues", "more values than the pickle's size allows"));
+        }
+        let id = self.values.len() as Id;
+        self.values.push(value);
+        Ok(id)
+    }
+
+    fn push(&mut self, id: Id) -> Result<(), PickleError> {
+        if self.stack.len() >= MAX_STACK {
+            return Err(self.error("StackTooDeep", "the stack outgrows its limit"));
+        }
+        self.stack.push(id);
+        Ok(())
+    }
+
+    fn push_new(&mut self, value: Value) -> Result<(), PickleError> {
+        let id = self.make(value)?;
+        self.push(id)
+    }
+
+    /// The bottom of the current mark's frame.
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn pop(&mut self) -> Result<Id, PickleError> {
+        if self.stack.len() <= self.floor() {
+            return Err(self.error("StackUnderflow", "an opcode pops from an empty stack"));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.error("StackUnderflow", "an opcode pops from an empty stack"))
+    }
+
+    fn top(&self) -> Result<Id, PickleError> {
+        match self.stack.last() {
+            Some(&id) if self.stack.len() > self.floor() => Ok(id),
+            _ => Err(self.error("StackUnderflow", "an opcode needs a value on the stack")),
+        }
+    }
+
+    /// The items pushed since the last `MARK`, which is removed.
+    fn pop_mark(&mut self) -> Result<Vec<Id>, PickleError> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.error("NoMark", "an opcode needs a MARK and there is none"))?;
+        Ok(self.stack.split_off(mark.min(self.stack.len())))
+    }
+
+    fn global(&mut self, module: String, name: String) -> Result<Id, PickleError> {
+        self.make(Value::Global {
+            module: module.into(),
+            name: name.into(),
+        })
+    }
+
+    /// `callable(*args)`, as data. `collections.OrderedDict()` is a dict outright: its items and
+    /// attributes come by `SETITEMS` and `BUILD`.
+    fn call(&mut self, callable: Id, args: Id) -> Result<Id, PickleError> {
+        let ordered_dict = matches!(self.values.get(callable as usize),
+            Some(Value::Global { module, name }) if &**module == "collections" && &**name == "OrderedDict");
+        let no_args = matches!(self.values.get(args as usize), Some(Value::Seq(_, items)) if items.is_empty());
+        if ordered_dict && no_args {
+            self.make(Value::Dict(Vec::new()))
+        } else {
+            self.make(Value::Call { callable, args })
+        }
+    }
+
+    fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
+        let id = *self
+            .memo
+            .get(&key)
+            .ok_or_else(|| self.error("MemoMissing", format!("memo {key} was never set")))?;
+        self.push(id)
+    }
+
+    fn memo_put(&mut self, key: u64) -> Result<(), PickleError> {
+        let id = self.top()?;
+        self.memo.insert(key, id);
+        Ok(())
+    }
+
+    fn added(&mut self, id: Id) -> &mut Added {
+        self.added.entry(id).or_default()
+    }
+
+    fn append(&mut self, target: Id, items: Vec<Id>) {
+        match self.values.get_mut(target as usize) {
+            Some(Value::Seq(SeqKind::List | SeqKind::Set, list)) => list.extend(items),
+            _ => self.added(target).elements.extend(items),
+        }
+    }
+
+    fn set_items(&mut self, target: Id, items: Vec<(Id, Id)>) {
+        match self.values.get_mut(target as usize) {
+            Some(Value::Dict(dict)) => dict.extend(items),
+            _ => self.added(target).items.extend(items),
+        }
+    }
+
+    fn pairs(&self, items: Vec<Id>) -> Result<Vec<(Id, Id)>, PickleError> {
+        if !items.len().is_multiple_of(2) {
+            return Err(self.error("OddItems", "an odd number of items for a dict"));
+        }
+        Ok(items.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+    }
+
+    fn int_line(&mut self, what: &str) -> Result<u64, PickleError> {
+        let line = self.text_line()?;
+        line.trim()
+            .parse()
+            .map_err(|_| self.error("BadText", format!("{what} {line:?} is not an index")))
+    }
+
+    fn step(&mut self, op: u8) -> Result<(), PickleError> {
+        match op {
+            b'(' => {
+                if self.marks.len() >= MAX_STACK {
+                    return Err(self.error("StackTooDeep", "too many MARKs"));
+                }
+                self.marks.push(self.stack.len());
+            }
+            b'0' => {
+                if self.stack.len() > self.floor() {
+                    self.pop()?;
+                } else {
+                    self.pop_mark()?;
+                }
+            }
+            b'1' => {
+                self.pop_mark()?;
+            }
+            b'2' => {
+                let id = self.top()?;
+                self.push(id)?;
+            }
+            // Numbers.
+            b'I' => self.text_int()?,
+            b'L' => self.text_long()?,
+            b'J' => {
+                let v = i32::from_le_bytes(self.array()?);
+                self.push_new(Value::Int(v.into()))?;
+            }
+            b'K' => {
+                let v = self.byte()?;
+                self.push_new(Value::Int(v.into()))?;
+            }
+            b'M' => {
+                let v = u16::from_le_bytes(self.array()?);
+                self.push_new(Value::Int(v.into()))?;
+            }
+            0x8a => {
+                let n = self.byte()?;
+                self.long(n.into())?;
+            }
+            0x8b => {
+                let n = i32::from_le_bytes(self.array()?);
+                let n = u64::try_from(n).map_err(|_| self.error("NegativeLength", "LONG4"))?;
+                self.long(n)?;
+            }
+            b'F' => {
+                let line = self.text_line()?;
+                let v: f64 = line
+                    .trim()
+                    .parse()
+                    .map_err(|_| self.error("BadText", format!("FLOAT {line:?}")))?;
+                self.push_new(Value::Float(v))?;
+            }
+            b'G' => {
+                let v = f64::from_be_bytes(self.array()?);
+                self.push_new(Value::Float(v))?;
+            }
+            // Strings and bytes.
+            b'S' => {
+                let line = self.line()?;
+                let text = unquote(line).ok_or_else(|| self.error("BadText", "STRING"))?;
+                self.push_new(Value::Str(text.into()))?;
+            }
+            b'T' => {
+                let n = i32::from_le_bytes(self.array()?);
+                let n = u64::try_from(n).map_err(|_| self.error("NegativeLength", "BINSTRING"))?;
+                self.string(n)?;
+            }
+            b'U' => {
+                let n = self.byte()?;
+                self.string(n.into())?;
+            }
+            b'V' => {
+                let line = self.line()?;
+                self.push_new(Value::Str(raw_unicode_escape(line).into()))?;
+            }
+            b'X' => {
+                let n = u32::from_le_bytes(self.array()?);
+                self.string(n.into())?;
+            }
+            0x8c => {
+                let n = self.byte()?;
+                self.string(n.into())?;
+            }
+            0x8d => {
+                let n = u64::from_le_bytes(self.array()?);
+                self.string(n)?;
+            }
+            b'B' => {
+                let n = u32::from_le_bytes(self.array()?);
+                self.bytes(n.into())?;
+            }
+            b'C' => {
+                let n = self.byte()?;
+                self.bytes(n.into())?;
+            }
+            0x8e | 0x96 => {
+                let n = u64::from_le_bytes(self.array()?);
+                self.bytes(n)?;
+            }
+            b'N' => self.push(NONE)?,
+            0x88 => self.push(TRUE)?,
+            0x89 => self.push(FALSE)?,
+            // Containers.
+            b')' => self.push_new(Value::Seq(SeqKind::Tuple, Vec::new()))?,
+            b']' => self.push_new(Value::Seq(SeqKind::List, Vec::new()))?,
+            b'}' => self.push_new(Value::Dict(Vec::new()))?,
+            0x8f => self.push_new(Value::Seq(SeqKind::Set, Vec::new()))?,
+            b't' | b'l' | 0x91 => {
+                let items = self.pop_mark()?;
+                let kind = match op {
+                    b't' => SeqKind::Tuple,
+                    b'l' => SeqKind::List,
+                    _ => SeqKind::FrozenSet,
+                };
+                self.push_new(Value::Seq(kind, items))?;
+            }
+            0x85..=0x87 => {
+                let n = usize::from(op - 0x84);
+                let mut items = vec![0; n];
+                for slot in items.iter_mut().rev() {
+                    *slot = self.pop()?;
+                }
+                self.push_new(Value::Seq(SeqKind::Tuple, items))?;
+            }
+            b'd' => {
+                let items = self.pop_mark()?;
+                let pairs = self.pairs(items)?;
+                self.push_new(Value::Dict(pairs))?;
+            }
+            b'a' => {
+                let item = self.pop()?;
+                let target = self.top()?;
+                self.append(target, vec![item]);
+            }
+            b'e' | 0x90 => {
+                let items = self.pop_mark()?;
+                let target = self.top()?;
+                self.append(target, items);
+            }
+            b's' => {
+                let value = self.pop()?;
+                let key = self.pop()?;
+                let target = self.top()?;
+                self.set_items(target, vec![(key, value)]);
+            }
+            b'u' => {
+                let items = self.pop_mark()?;
+                let pairs = self.pairs(items)?;
+                let target = self.top()?;
+                self.set_items(target, pairs);
+            }
+            // The memo.
+            b'g' => {
+                let key = self.int_line("GET")?;
+                self.memo_get(key)?;
+            }
+            b'h' => {
+                let key = self.byte()?;
+                self.memo_get(key.into())?;
+            }
+            b'j' => {
+                let key = u32::from_le_bytes(self.array()?);
+                self.memo_get(key.into())?;
+            }
+            b'p' => {
+                let key = self.int_line("PUT")?;
+                self.memo_put(key)?;
+            }
+            b'q' => {
+                let key = self.byte()?;
+                self.memo_put(key.into())?;
+            }
+            b'r' => {
+                let key = u32::from_le_bytes(self.array()?);
+                self.memo_put(key.into())?;
+            }
+            0x94 => {
+                let key = self.memo.len() as u64;
+                self.memo_put(key)?;
+            }
+            // Globals and calls.
+            b'c' => {
+                let module = self.text_line()?;
+                let name = self.text_line()?;
+                let id = self.global(module, name)?;
+                self.push(id)?;
+            }
+            0x93 => {
+                let name = self.pop()?;
+                let module = self.pop()?;
+                let (Some(Value::Str(module)), Some(Value::Str(name))) = (
+                    self.values.get(module as usize),
+                    self.values.get(name as usize),
+                ) else {
+                    return Err(self.error("BadGlobal", "STACK_GLOBAL wants two strings"));
+                };
+                let (module, name) = (module.to_string(), name.to_string());
+                let id = self.global(module, name)?;
+                self.push(id)?;
+            }
+            0x82 => {
+                let code = self.byte()?;
+                self.extension(code.into())?;
+            }
+            0x83 => {
+                let code = u16::from_le_bytes(self.array()?);
+                self.extension(code.into())?;
+            }
+            0x84 => {
+                let code = i32::from_le_bytes(self.array()?);
+                self.extension(code.into())?;
+            }
+            b'R' | 0x81 => {
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                let id = self.call(callable, args)?;
+                self.push(id)?;
+            }
+            0x92 => {
+                let _kwargs = self.pop()?;
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                let id = self.call(callable, args)?;
+                self.push(id)?;
+            }
+            b'i' => {
+                let module = self.text_line()?;
+                let name = self.text_line()?;
+                let items = self.pop_mark()?;
+                let callable = self.global(module, name)?;
+                let args = self.make(Value::Seq(SeqKind::Tuple, items))?;
+                let id = self.call(callable, args)?;
+                self.push(id)?;
+            }
+            b'o' => {
+                let mut items = self.pop_mark()?.into_iter();
+                let callable = items
+                    .next()
+                    .ok_or_else(|| self.error("StackUnderflow", "OBJ without a class"))?;
+                let args = self.make(Value::Seq(SeqKind::Tuple, items.collect()))?;
+                let id = self.call(callable, args)?;
+                self.push(id)?;
+            }
+            b'b' => {
+                let state = self.pop()?;
+                let target = self.top()?;
+                // A dict's state (an OrderedDict's attributes) holds nothing of its items.
+                if !matches!(self.values.get(target as usize), Some(Value::Dict(_))) {
+                    self.added(target).states.push(state);
+                }
+            }
+            b'P' => {
+                let line = self.text_line()?;
+                let id = self.make(Value::Str(line.into()))?;
+                self.push_new(Value::PersistentId(id))?;
+            }
+            b'Q' => {
+                let pid = self.pop()?;
+                self.push_new(Value::PersistentId(pid))?;
+            }
+            // Framing.
+            0x80 => {
+                let version = self.byte()?;
+                if version > MAX_PROTOCOL {
+                    return Err(
+                        self.error("UnsupportedProtocol", format!("pickle protocol {version}"))
+                    );
+                }
+            }
+            0x95 => {
+                self.array::<8>()?;
+            }
+            0x97 | 0x98 => {
+                return Err(self.error(
+                    "OutOfBandBuffer",
+                    "an out-of-band buffer (NEXT_BUFFER/READONLY_BUFFER), which torch.save never writes",
+                ));
+            }
+            _ => {
+                return Err(self.error("UnknownOpcode", format!("opcode 0x{op:02x}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `INT`: a decimal line, `00`/`01` being `False`/`True`.
+    fn text_int(&mut self) -> Result<(), PickleError> {
+        let line = self.text_line()?;
+        match line.trim() {
+            "00" => self.push(FALSE),
+            "01" => self.push(TRUE),
+            text => self.decimal(text),
+        }
+    }
+
+    /// `LONG`: a decimal line with an optional `L`.
+    fn text_long(&mut self) -> Result<(), PickleError> {
+        let line = self.text_line()?;
+        let text = line.trim();
+        self.decimal(text.strip_suffix('L').unwrap_or(text))
+    }
+
+    fn decimal(&mut self, text: &str) -> Result<(), PickleError> {
+        let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(self.error("BadText", format!("{text:?} is not an integer")));
+        }
+        let value = match text.parse() {
+            Ok(v) => Value::Int(v),
+            Err(_) => Value::BigInt(text.as_bytes().into()),
+        };
+        self.push_new(value)
+    }
+
+    /// `LONG1`/`LONG4`: `n` bytes of little-endian two's complement.
+    fn long(&mut self, n: u64) -> Result<(), PickleError> {
+        let n = self.length(n)?;
+        let bytes = self.take(n)?;
+        let value = if n <= SMALL_LONG {
+            let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
+                0xff
+            } else {
+                0
+            };
+            let mut word = [fill; 8];
+            for (slot, &b) in word.iter_mut().zip(bytes) {
+                *slot = b;
+            }
+            Value::Int(i64::from_le_bytes(word))
+        } else {
+            Value::BigInt(bytes.into())
+        };
+        self.push_new(value)
+    }
+
+    fn string(&mut self, n: u64) -> Result<(), PickleError> {
+        let n = self.length(n)?;
+        let bytes = self.take(n)?;
+        self.push_new(Value::Str(String::from_utf8_lossy(bytes).into()))
+    }
+
+    fn bytes(&mut self, n: u64) -> Result<(), PickleError> {
+        let len = self.length(n)?;
+        let at = self.pos;
+        self.take(len)?;
+        self.push_new(Value::Bytes { at, len })
+    }
+
+    /// An extension code: a global found in the loader's registry (`copyreg`), which Python's is
+    /// empty unless a program fills it. Only its code is known here.
+    fn extension(&mut self, code: i64) -> Result<(), PickleError> {
+        let id = self.global("copyreg._extension_registry".into(), code.to_string())?;
+        self.push(id)
+    }
+}
+
+/// The text of a protocol 0 `STRING` line: a Python literal in quotes, with backslash escapes.
+fn unquote(line: &[u8]) -> Option<String> {
+    let quote = *line.first()?;
+    if !(quote == b'\'' || quote == b'"') || line.len() < 2 || line.last() != Some(&quote) {
+        return None;
+    }
+    let inner = line.get(1..line.len() - 1)?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter().copied();
+    while let Some(b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next()? {
+            b'n' => out.push(b'\n'),
+            b't' => out.push(b'\t'),
+            b'r' => out.push(b'\r'),
+            b'x' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            }
+            c @ b'0'..=b'7' => out.push(c - b'0'),
+            c => out.push(c),
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Python's `raw-unicode-escape`: bytes are Latin-1 code points, except `\uXXXX` and
+/// `\UXXXXXXXX`.
+fn raw_unicode_escape(line: &[u8]) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while let Some(&b) = line.get(i) {
+        let digits = match (b, line.get(i + 1)) {
+            (b'\\', Some(b'u')) => 4,
+            (b'\\', Some(b'U')) => 8,
+            _ => 0,
+        };
+        let code = line
+            .get(i + 2..i + 2 + digits)
+            .filter(|_| digits > 0)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u32::from_str_radix(hex, 16).ok());
+        match code {
+            Some(code) => {
+                out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+                i += 2 + digits;
+            }
+            None => {
+                out.push(char::from(b));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(bytes: &[u8]) -> Pickle {
+        load(bytes).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn err(bytes: &[u8]) -> PickleError {
+        load(bytes).unwrap_err()
+    }
+
+    /// The items of the top value (a tuple or list), as values.
+    fn top_items(p: &Pickle) -> Vec<Value> {
+        p.items(p.top)
+            .unwrap()
+            .iter()
+            .map(|&i| p.get(i).clone())
+            .collect()
+    }
+
+    #[test]
+    fn protocol_0_text_opcodes() {
+        let p =
+            run(b"(lp0\nI1\naI01\naL12345678901234567890L\naF1.5\naS'a\\nb'\naVh\\u00e9\naI-7\na.");
+        assert_eq!(
+            top_items(&p),
+            [
+                Value::Int(1),
+                Value::Bool(true),
+                Value::BigInt(b"12345678901234567890"[..].into()),
+                Value::Float(1.5),
+                Value::Str("a\nb".into()),
+                Value::Str("h\u{e9}".into()),
+                Value::Int(-7),
+            ]
+        );
+        // PUT/GET, DICT, TUPLE, POP, POP_MARK, DUP, PERSID.
+        let p = run(b"(S'k'\np1\ng1\nd(I1\nI2\n0t(I3\n10Pkey\n\x86.");
+        let items = p.items(p.top).unwrap();
+        assert_eq!(p.get(items[0]), &Value::Dict(vec![(3, 3)]));
+        assert!(matches!(p.get(items[1]), Value::PersistentId(_)));
+    }
+
+    #[test]
+    fn binary_numbers_and_strings() {
+        let p = run(
+            b"\x80\x02(J\xff\xff\xff\xffK\xffM\x00\x01\x8a\x01\xff\x8a\x02\x00\x01\x8b\x09\x00\x00\x00\
+              \x00\x00\x00\x00\x00\x00\x00\x00\x01G?\xf8\x00\x00\x00\x00\x00\x00\
+              X\x02\x00\x00\x00ab\x8c\x01c\x8d\x01\x00\x00\x00\x00\x00\x00\x00dU\x01eT\x01\x00\x00\x00f\
+              B\x01\x00\x00\x00gC\x01h\x8e\x01\x00\x00\x00\x00\x00\x00\x00i\x96\x00\x00\x00\x00\x00\x00\x00\x00\
+              N\x88\x89t.",
+        );
+        let items = top_items(&p);
+        assert_eq!(
+            items[..7],
+            [
+                Value::Int(-1),
+                Value::Int(255),
+                Value::Int(256),
+                Value::Int(-1),
+                Value::Int(256),
+                Value::BigInt([0, 0, 0, 0, 0, 0, 0, 0, 1][..].into()),
+                Value::Float(1.5),
+            ]
+        );
+        let strs: Vec<&str> = p.items(p.top).unwrap()[7..12]
+            .iter()
+            .map(|&i| p.str(i).unwrap())
+            .collect();
+        assert_eq!(strs, ["ab", "c", "d", "e", "f"]);
+        assert!(matches!(items[12], Value::Bytes { len: 1, .. }));
+        assert!(matches!(items[15], Value::Bytes { len: 0, .. }));
+        assert_eq!(
+            items[16..],
+            [Value::None, Value::Bool(true), Value::Bool(false)]
+        );
+    }
+
+    #[test]
+    fn containers() {
+        // EMPTY_DICT + SETITEM(S), EMPTY_SET + ADDITEMS, FROZENSET, TUPLE1-3, APPEND(S).
+        let p = run(b"\x80\x04}K\x01K\x02s(K\x03K\x04u\x8f(K\x05\x90(K\x06\x91K\x07\x85K\x08K\x09\x86]K\x0aa(K\x0bK\x0ce\x87\x87\x86.");
+        let top = p.items(p.top).unwrap();
+        assert!(matches!(p.get(top[0]), Value::Dict(d) if d.len() == 2));
+        let inner = p.items(top[1]).unwrap();
+        assert!(matches!(p.get(inner[0]), Value::Seq(SeqKind::Set, s) if s.len() == 1));
+        assert!(matches!(p.get(inner[1]), Value::Seq(SeqKind::FrozenSet, s) if s.len() == 1));
+        let last = p.items(inner[2]).unwrap();
+        assert_eq!(p.items(last[0]).unwrap().len(), 1);
+        assert_eq!(p.items(last[1]).unwrap().len(), 2);
+        let list: Vec<i64> = p
+            .items(last[2])
+            .unwrap()
+            .iter()
+            .map(|&i| p.int(i).unwrap())
+            .collect();
+        assert_eq!(list, [10, 11, 12]);
+    }
+
+    #[test]
+    fn memo_shares_and_cycles() {
+        // A list memoized, then appended to itself through the memo: a cycle of indexes.
+        let p = run(b"\x80\x02]q\x00h\x00a\x94j\x00\x00\x00\x00\x86.");
+        let items = p.items(p.top).unwrap();
+        assert_eq!(items[0], items[1]);
+        assert_eq!(p.items(items[0]).unwrap(), &[items[0]]);
+        // MEMOIZE numbers entries by the memo's size.
+        let p = run(b"\x80\x04K\x05\x94K\x06\x94h\x01.");
+        assert_eq!(p.int(p.top), Some(6));
+    }
+
+    #[test]
+    fn globals_and_calls() {
+        let p = run(
+            b"\x80\x04(cmod\nf\n)R\x8c\x01m\x8c\x01g\x93)\x81}b\x8c\x01m\x8c\x01h\x93)}\x92(imod\nK\n(cmod\nC\nK\x01o\x82\x07Qt.",
+        );
+        let items = p.items(p.top).unwrap();
+        let Value::Call { callable, .. } = p.get(items[0]) else {
+            panic!()
+        };
+        assert_eq!(p.global(*callable), Some(("mod", "f")));
+        assert!(matches!(p.get(items[1]), Value::Call { .. }));
+        // The NEWOBJ result got a BUILD.
+        assert_eq!(p.added[&items[1]].states.len(), 1);
+        let callables: Vec<_> = items[1..5]
+            .iter()
+            .map(|&i| match p.get(i) {
+                Value::Call { callable, .. } => p.global(*callable).unwrap(),
+                _ => panic!(),
+            })
+            .collect();
+        assert_eq!(
+            callables,
+            [("m", "g"), ("m", "h"), ("mod", "K"), ("mod", "C")]
+        );
+        let Value::PersistentId(ext) = p.get(items[5]) else {
+            panic!()
+        };
+        assert_eq!(p.global(*ext), Some(("copyreg._extension_registry", "7")));
+    }
+
+    #[test]
+    fn ordered_dict_is_a_dict() {
+        let p = run(b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01X\x01\x00\x00\x00aK\x01s}b.");
+        assert!(matches!(p.get(p.top), Value::Dict(d) if d.len() == 1));
+    }
+
+    #[test]
+    fn errors_name_rule_and_offset() {
+        assert_eq!(err(b"\x80\x02\xff").rule, "UnknownOpcode");
+        assert_eq!(err(b"\x80\x02\xff").at, 2);
+        assert_eq!(err(b"\x80\x06.").rule, "UnsupportedProtocol");
+        assert_eq!(err(b"h\x05.").rule, "MemoMissing");
+        assert_eq!(err(b"a.").rule, "StackUnderflow");
+        assert_eq!(err(b"(K\x01t0.").rule, "StackUnderflow");
+        assert_eq!(err(b"e.").rule, "NoMark");
+        assert_eq!(err(b"\x97.").rule, "OutOfBandBuffer");
+        assert_eq!(err(b"(K\x01d.").rule, "OddItems");
+        assert_eq!(err(b"K\x01K\x02\x93.").rule, "BadGlobal");
+        // Huge claimed lengths fail before any allocation.
+        for bomb in [
+            &b"X\xff\xff\xff\xff"[..],
+            b"\x8d\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\x8e\xff\xff\xff\xff\xff\xff\xff\x7f",
+            b"\x8b\xff\xff\xff\x7f",
+            b"T\xff\xff\xff\xff",
+        ] {
+            let e = err(bomb);
+            assert!(matches!(e.rule, "Truncated" | "NegativeLength"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn every_prefix_of_a_pickle_is_truncated() {
+        let whole = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01ctorch\nFloatStorage\nq\x02K\x01\x8a\x02\x00\x01G?\xf0\x00\x00\x00\x00\x00\x00\x87\x86u.";
+        run(whole);
+        for n in 0..whole.len() {
+            assert!(load(&whole[..n]).is_err(), "{n}");
+        }
+        assert!(err(b"\x80\x02K").cut_short());
+    }
+
+    #[test]
+    fn bombs_stay_bounded() {
+        // Memo bomb: one value fetched a million times costs stack slots, not values.
+        let mut b = b"\x80\x02]q\x00(".to_vec();
+        b.extend(std::iter::repeat_n(&b"h\x00"[..], 1_000_000).flatten());
+        b.extend(b"e.");
+        let p = run(&b);
+        assert_eq!(p.values.len(), 4);
+        assert_eq!(p.items(p.top).unwrap().len(), 1_000_000);
+        // Stack bomb: a million DUPs.
+        let mut b = b"N".to_vec();
+        b.extend(std::iter::repeat_n(b'2', 1_000_000));
+        b.push(b'.');
+        assert_eq!(run(&b).top, NONE);
+        // Deep nesting: 100,000 lists in lists.
+        let mut b = vec![b'('; 100_000];
+        b.extend(std::iter::repeat_n(b'l', 100_000));
+        b.push(b'.');
+        let p = run(&b);
+        assert_eq!(p.values.len(), 100_003);
+        // A million-element list.
+        let mut b = b"(".to_vec();
+        b.extend(std::iter::repeat_n(&b"K\x01"[..], 1_000_000).flatten());
+        b.extend(b"l.");
+        assert_eq!(run(&b).items(run(&b).top).unwrap().len(), 1_000_000);
+        // Values never outnumber the bytes (plus the three shared ones).
+        let b: Vec<u8> = std::iter::repeat_n(b')', 1000).chain([b'.']).collect();
+        assert!(run(&b).values.len() <= b.len() + 3);
+    }
+}

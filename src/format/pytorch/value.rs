@@ -1,0 +1,131 @@
+//! The values a pickle builds ([`Value`], in the arena of a [`Pickle`]) and why a pickle is refused
+//! ([`PickleError`]). The machine that builds them is [`pickle`](super::pickle).
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// Index of a value in [`Pickle::values`].
+pub(super) type Id = u32;
+
+/// The ids of the values made once for all (`None`, `True`, `False`).
+pub(super) const NONE: Id = 0;
+pub(super) const TRUE: Id = 1;
+pub(super) const FALSE: Id = 2;
+
+/// A value the pickle builds.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer that does not fit in `i64`: its little-endian two's-complement bytes (`LONG1`,
+    /// `LONG4`) or its decimal text (`INT`, `LONG`).
+    BigInt(Box<[u8]>),
+    Float(f64),
+    Str(Box<str>),
+    /// `bytes` or `bytearray`: where they lie in the input.
+    Bytes {
+        at: usize,
+        len: usize,
+    },
+    Seq(SeqKind, Vec<Id>),
+    /// Items in the order they were set (a key set twice appears twice).
+    Dict(Vec<(Id, Id)>),
+    Global {
+        module: Box<str>,
+        name: Box<str>,
+    },
+    /// A callable applied to arguments (a tuple, normally): what `REDUCE`, `NEWOBJ`, `NEWOBJ_EX`
+    /// (keyword arguments dropped), `INST` and `OBJ` would have called.
+    Call {
+        callable: Id,
+        args: Id,
+    },
+    PersistentId(Id),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SeqKind {
+    Tuple,
+    List,
+    Set,
+    FrozenSet,
+}
+
+/// What `BUILD`, `SETITEM(S)`, `APPEND(S)` and `ADDITEMS` gave a value that is not a container of
+/// that kind (an object made by a call, whose class was never looked up).
+#[derive(Debug, Default)]
+pub(super) struct Added {
+    pub states: Vec<Id>,
+    pub items: Vec<(Id, Id)>,
+    pub elements: Vec<Id>,
+}
+
+/// One pickle, interpreted.
+#[derive(Debug)]
+pub(super) struct Pickle {
+    pub values: Vec<Value>,
+    pub added: HashMap<Id, Added>,
+    /// The value at `STOP`.
+    pub top: Id,
+    /// Bytes of the input the pickle took, `STOP` included.
+    pub consumed: usize,
+}
+
+impl Pickle {
+    pub(super) fn get(&self, id: Id) -> &Value {
+        self.values.get(id as usize).unwrap_or(&Value::None)
+    }
+
+    /// The `(module, name)` of a global.
+    pub(super) fn global(&self, id: Id) -> Option<(&str, &str)> {
+        match self.get(id) {
+            Value::Global { module, name } => Some((module, name)),
+            _ => None,
+        }
+    }
+
+    /// The items of a tuple or list.
+    pub(super) fn items(&self, id: Id) -> Option<&[Id]> {
+        match self.get(id) {
+            Value::Seq(SeqKind::Tuple | SeqKind::List, items) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub(super) fn int(&self, id: Id) -> Option<i64> {
+        match self.get(id) {
+            Value::Int(i) => Some(*i),
+            Value::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn str(&self, id: Id) -> Option<&str> {
+        match self.get(id) {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Why the bytes are not a pickle this machine accepts: the rule broken, at which offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickleError {
+    pub rule: &'static str,
+    pub at: usize,
+    pub what: String,
+}
+
+impl PickleError {
+    /// Whether the input ended before `STOP`.
+    pub fn cut_short(&self) -> bool {
+        self.rule == "Truncated"
+    }
+}
+
+impl fmt::Display for PickleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {} of the pickle", self.what, self.at)
+    }
+}

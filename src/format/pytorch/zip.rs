@@ -1,0 +1,212 @@
+//! The zip container of `torch.save` (PyTorch 1.6 and later): entries under one top folder whose
+//! name varies (`archive/`, the file's stem, ...): `data.pkl` (the pickle), `data/<key>` (each
+//! storage's bytes, stored uncompressed), `byteorder` and `version`.
+//!
+//! The central directory is read by the `zip` crate (ZIP64 included), through `pread` on the file
+//! (never a mapping); each entry's data starts where its local header says. Entries must lie in
+//! the file without overlapping, so that no storage's bytes are another's.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use ::zip::result::ZipError;
+use ::zip::{CompressionMethod, ZipArchive};
+
+use super::{Container, MAX_PICKLE, Span, checkpoint, danger, load};
+use crate::format::error::FormatError;
+
+/// Longest `byteorder` entry read (`little` or `big`).
+const MAX_BYTEORDER: u64 = 16;
+
+/// The file as `Read + Seek` for the zip crate, by `pread` at its own position.
+struct At<'f> {
+    file: &'f File,
+    len: u64,
+    pos: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos = self.pos.saturating_add(n as u64);
+        Ok(n)
+    }
+}
+
+impl Seek for At<'_> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos =
+            pos.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before 0"))?;
+        Ok(self.pos)
+    }
+}
+
+/// One entry of the archive: its name and where its (stored) data lies.
+struct Entry {
+    name: String,
+    /// From its local header to the end of its data.
+    whole: (u64, u64),
+    data: Span,
+    stored: bool,
+}
+
+/// Reads the archive's directory, its pickle and its storages' places.
+pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
+    let entries = entries(file, len, path)?;
+    let by_name: HashMap<&str, &Entry> = entries.iter().map(|e| (e.name.as_str(), e)).collect();
+    // torch names the top folder after the file it wrote; whatever it is, `data.pkl` is in it.
+    let Some(pkl) = entries.iter().find(|e| {
+        e.name
+            .strip_suffix("/data.pkl")
+            .is_some_and(|top| !top.contains('/'))
+    }) else {
+        return Err(FormatError::Foreign(path.to_path_buf()));
+    };
+    let top = pkl.name.strip_suffix("data.pkl").unwrap_or_default();
+    if by_name.contains_key(format!("{top}constants.pkl").as_str())
+        || entries
+            .iter()
+            .any(|e| e.name.starts_with(&format!("{top}code/")))
+    {
+        return Err(checkpoint(
+            path,
+            "TorchScript",
+            "a TorchScript archive: its tensors are not stored as torch.save's",
+            false,
+        ));
+    }
+    if let Some(order) = by_name.get(format!("{top}byteorder").as_str()) {
+        let bytes = read_entry(file, order, MAX_BYTEORDER, path)?;
+        if bytes.trim_ascii() == b"big" {
+            return Err(checkpoint(
+                path,
+                "BigEndian",
+                "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
+                false,
+            ));
+        }
+    }
+    let bytes = read_entry(file, pkl, MAX_PICKLE.min(len), path)?;
+    let main = load(path, &pkl.name, &bytes)?;
+    drop(bytes);
+
+    let data = format!("{top}data/");
+    let mut storages = HashMap::new();
+    for e in &entries {
+        if let Some(key) = e.name.strip_prefix(&data) {
+            if !e.stored {
+                return Err(compressed(path, &e.name));
+            }
+            storages.insert(key.to_string(), e.data);
+        }
+    }
+    let mut dangerous = Vec::new();
+    danger::dangerous_globals(&main, &mut dangerous);
+    Ok(Container {
+        kind: "pytorch-zip",
+        main,
+        storages,
+        dangerous,
+    })
+}
+
+fn compressed(path: &Path, name: &str) -> FormatError {
+    checkpoint(
+        path,
+        "CompressedEntry",
+        format!("entry `{name}` is compressed: torch.save stores its entries uncompressed"),
+        false,
+    )
+}
+
+/// The whole (uncompressed) data of a small entry.
+fn read_entry(file: &File, e: &Entry, max: u64, path: &Path) -> Result<Vec<u8>, FormatError> {
+    if !e.stored {
+        return Err(compressed(path, &e.name));
+    }
+    if e.data.len > max {
+        return Err(checkpoint(
+            path,
+            "EntryTooLarge",
+            format!(
+                "entry `{}` is {} bytes, more than {max}",
+                e.name, e.data.len
+            ),
+            false,
+        ));
+    }
+    let mut buf = vec![0; e.data.len as usize];
+    file.read_exact_at(&mut buf, e.data.start)
+        .map_err(|err| FormatError::Io(path.to_path_buf(), err))?;
+    Ok(buf)
+}
+
+/// Every entry of the archive, checked to lie in the file without overlapping another.
+fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError> {
+    let bad_zip = |e: ZipError| match e {
+        ZipError::Io(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
+            FormatError::Io(path.to_path_buf(), e)
+        }
+        // A zip whose end (the central directory) is missing is most likely one being written.
+        e => checkpoint(
+            path,
+            "BadZip",
+            format!("not a readable zip archive: {e}"),
+            true,
+        ),
+    };
+    let mut archive = ZipArchive::new(At { file, len, pos: 0 }).map_err(bad_zip)?;
+    let mut entries = Vec::with_capacity(archive.len());
+    for i in 0..archive.len() {
+        let entry = archive.by_index_raw(i).map_err(bad_zip)?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        let start = entry.data_start().unwrap_or(0);
+        let size = entry.compressed_size();
+        let stored = entry.compression() == CompressionMethod::Stored
+            && !entry.encrypted()
+            && size == entry.size();
+        let end = start
+            .checked_add(size)
+            .filter(|&end| end <= len)
+            .ok_or_else(|| {
+                checkpoint(
+                    path,
+                    "EntryOutOfFile",
+                    format!("entry `{name}` ends past the end of the file ({len} bytes)"),
+                    true,
+                )
+            })?;
+        entries.push(Entry {
+            name,
+            whole: (entry.header_start(), end),
+            data: Span { start, len: size },
+            stored,
+        });
+    }
+    let mut ranges: Vec<(u64, u64, &str)> = entries
+        .iter()
+        .map(|e| (e.whole.0, e.whole.1, e.name.as_str()))
+        .collect();
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        if let [(_, end, a), (start, _, b)] = pair
+            && start < end
+        {
+            return Err(checkpoint(
+                path,
+                "OverlappingEntries",
+                format!("entries `{a}` and `{b}` overlap"),
+                false,
+            ));
+        }
+    }
+    Ok(entries)
+}
