@@ -9,6 +9,8 @@ strict\t'any invalid safetensors file or broken index fails the mount instead of
 npy\t'a NAME.npy view beside each tensor numpy can describe'
 dtype=f32\t'every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is presented as its exact widening to it'
 dtype=f64\t'every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is presented as its exact widening to it'
+pickle=on\t'PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors file, their pickle read without running any of it (on, the default); off: plain mirrored files'
+pickle=off\t'PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors file, their pickle read without running any of it (on, the default); off: plain mirrored files'
 layout=flat\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
 layout=tree\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
 refresh=auto\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'

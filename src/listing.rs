@@ -8,8 +8,8 @@ use serde_json::json;
 
 use crate::namespace::{Listed, presented};
 
-/// An aligned table: path, dtype, shape, bytes (as presented), source, offset; with `-o dtype=`
-/// also the stored dtype and bytes.
+/// An aligned table: path, dtype, shape, bytes (as presented), source, offset (`-` for a gathered
+/// tensor); with `-o dtype=` also the stored dtype and bytes.
 pub fn table(rows: &[Listed<'_>]) -> String {
     let widened = rows.iter().any(|r| r.widen.is_some());
     let cells = rows
@@ -22,7 +22,11 @@ pub fn table(rows: &[Listed<'_>]) -> String {
                 r.tensor.shape_json(),
                 size.to_string(),
                 printable(&r.source.to_string_lossy()),
-                r.offset.to_string(),
+                // A gathered tensor's bytes are not one stretch at an offset.
+                match r.tensor.strides {
+                    Some(_) => "-".into(),
+                    None => r.offset.to_string(),
+                },
             ];
             if widened {
                 row.extend([r.tensor.dtype_name(), r.tensor.size().to_string()]);
@@ -132,8 +136,8 @@ fn aligned(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
     out
 }
 
-/// A JSON array of objects: path, name, dtype, shape, size (as presented), source, offset; for a
-/// tensor widened by `-o dtype=`, also `stored_dtype` and `stored_size`.
+/// A JSON array of objects: path, name, dtype, shape, size (as presented), source, offset (null
+/// for a gathered tensor); for a tensor widened by `-o dtype=`, also `stored_dtype` and `stored_size`.
 pub fn json(rows: &[Listed<'_>]) -> String {
     let items: Vec<_> = rows
         .iter()
@@ -146,7 +150,7 @@ pub fn json(rows: &[Listed<'_>]) -> String {
                 "shape": r.tensor.shape,
                 "size": size,
                 "source": r.source.to_string_lossy(),
-                "offset": r.offset,
+                "offset": r.tensor.strides.is_none().then_some(r.offset),
             });
             if r.widen.is_some() {
                 item["stored_dtype"] = json!(r.tensor.dtype_name());

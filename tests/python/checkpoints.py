@@ -27,6 +27,9 @@ safetensors writer and reader, pickletools and picklescan, never from tensormoun
                                      shape, hex}}}} of the real tensors beside the calls (hex:
                                      their bytes), as written (never read back)
   checkpoints.py write-broken DIR    broken checkpoints and a good one; JSON {file: what}
+  checkpoints.py save FILE SEED [--legacy]
+                                     a small state dict whose values depend on SEED, by
+                                     torch.save (zip, or the legacy format)
   checkpoints.py check-mount [--npy] [--widen f32] FILE DIR [FILE DIR...]
                                      the mounted tensor directory DIR of each checkpoint FILE
                                      against torch.load: one file per tensor (found by
@@ -665,6 +668,13 @@ def from_pretrained(mounted, source):
     return 0
 
 
+def save(path, seed, legacy):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    sd = {"w": torch.randn(4, 3, generator=g), "b": torch.arange(seed, seed + 5)}
+    torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+
+
 def pairs_of(items):
     if len(items) % 2:
         raise SystemExit("expected pairs of arguments")
@@ -690,6 +700,10 @@ def main():
     p.add_argument("--widen", choices=("f32",))
     p.add_argument("pairs", nargs="+")
     sub.add_parser("safe-open").add_argument("pairs", nargs="+")
+    p = sub.add_parser("save")
+    p.add_argument("file")
+    p.add_argument("seed", type=int)
+    p.add_argument("--legacy", action="store_true")
     p = sub.add_parser("from-pretrained")
     p.add_argument("mounted")
     p.add_argument("source")
@@ -709,6 +723,8 @@ def main():
         return write_broken(a.dir) or 0
     if a.cmd == "check-mount":
         return check_mount(pairs_of(a.pairs), a.npy, a.widen)
+    if a.cmd == "save":
+        return save(a.file, a.seed, a.legacy) or 0
     if a.cmd == "safe-open":
         return safe_open_cmd(pairs_of(a.pairs))
     return from_pretrained(a.mounted, a.source)

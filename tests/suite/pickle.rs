@@ -2,7 +2,8 @@
 //! format): each tensor of the pickle as a raw file in `NAME.tensors/`, the virtual safetensors
 //! conversion beside the checkpoint, sharded `.bin` sets that transformers loads through the mount,
 //! malicious pickles that never run, broken checkpoints that leave the mount working, and the views
-//! (`-o npy`, `-o dtype=f32`, `-o layout=tree`) and `-o pickle=off`.
+//! (`-o npy`, `-o dtype=f32`, `-o layout=tree`), `-o pickle=off`, and checkpoints added, replaced
+//! and removed while mounted.
 //!
 //! The fixtures are written by the real writers (`torch.save`, `torch.jit.save`, huggingface_hub's
 //! sharding) in `tests/python/checkpoints.py`; the expected tensors, bytes and conversions come
@@ -121,27 +122,6 @@ fn virtual_name(rel: &str) -> String {
         .strip_prefix("pytorch_model")
         .map_or(stem.to_string(), |rest| format!("model{rest}"));
     format!("{dir}{stem}.safetensors")
-}
-
-#[test]
-fn virtual_names_follow_hugging_face() {
-    // The test's own rule against the spec's examples.
-    for (ckpt, want) in [
-        ("pytorch_model.bin", "model.safetensors"),
-        (
-            "pytorch_model-00001-of-00003.bin",
-            "model-00001-of-00003.safetensors",
-        ),
-        (
-            "unet/diffusion_pytorch_model.bin",
-            "unet/diffusion_pytorch_model.safetensors",
-        ),
-        ("pytorch_model.fp16.bin", "model.fp16.safetensors"),
-        ("last.ckpt", "last.safetensors"),
-        ("a/b.pth", "a/b.safetensors"),
-    ] {
-        assert_eq!(virtual_name(ckpt), want);
-    }
 }
 
 /// The shape as the xattr spells it: a JSON array without spaces.
@@ -831,4 +811,76 @@ fn views_apply_to_checkpoint_tensors_and_pickle_off_leaves_plain_files() {
         );
         assert_eq!(error_of(&m.path(rel)), None, "{rel}");
     }
+}
+
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn checkpoints_added_replaced_and_removed_while_mounted_follow_the_source() {
+    require_fuse();
+    let py = python();
+    let tmp = TempDir::new("pickle-refresh");
+    let (src, stage) = (tmp.join("src"), tmp.join("stage"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&stage).unwrap();
+    let save = |file: &Path, seed: &str, legacy: bool| {
+        let mut args = vec!["save", s(file), seed];
+        if legacy {
+            args.push("--legacy");
+        }
+        checkpoints(&py, &args);
+    };
+    save(&src.join("a.bin"), "1", false);
+    let m = mount(&src, "refresh=inotify");
+    check_mount(&py, &[], &[(src.join("a.bin"), m.path("a.tensors"))]);
+    // The conversion of a checkpoint, as the official writer makes it, against the virtual file.
+    let same_as_reference = |file: &Path, virtual_file: &Path| {
+        let reference = tmp.join("reference.safetensors");
+        let _ = fs::remove_file(&reference);
+        checkpoints(&py, &["convert", s(file), s(&reference)]);
+        fs::read(virtual_file).ok() == Some(fs::read(&reference).unwrap())
+    };
+    assert!(same_as_reference(
+        &src.join("a.bin"),
+        &m.path("a.safetensors")
+    ));
+
+    // Added (written elsewhere, renamed in, as downloaders do), in the legacy format.
+    save(&stage.join("b.pt"), "2", true);
+    fs::rename(stage.join("b.pt"), src.join("b.pt")).unwrap();
+    wait_refreshed(&m.path(""), "b.safetensors to appear", || {
+        m.path("b.safetensors").exists()
+    });
+    assert_eq!(
+        getxattr(&m.path("b.tensors/w"), "user.tensormount.format").as_deref(),
+        Some("pytorch-legacy")
+    );
+    check_mount(&py, &[], &[(src.join("b.pt"), m.path("b.tensors"))]);
+    assert!(same_as_reference(
+        &src.join("b.pt"),
+        &m.path("b.safetensors")
+    ));
+
+    // Replaced by rename: new tensors and a new conversion, from the new bytes.
+    let old = fs::read(m.path("a.tensors/w")).unwrap();
+    save(&stage.join("a.bin"), "3", false);
+    fs::rename(stage.join("a.bin"), src.join("a.bin")).unwrap();
+    wait_refreshed(&m.path(""), "a.bin's new tensors", || {
+        fs::read(m.path("a.tensors/w")).is_ok_and(|b| b != old)
+    });
+    check_mount(&py, &[], &[(src.join("a.bin"), m.path("a.tensors"))]);
+    assert!(same_as_reference(
+        &src.join("a.bin"),
+        &m.path("a.safetensors")
+    ));
+
+    // Removed: its tensors and its conversion go with it.
+    fs::remove_file(src.join("b.pt")).unwrap();
+    wait_refreshed(&m.path(""), "b.pt's entries to go", || {
+        !m.path("b.tensors").exists() && !m.path("b.safetensors").exists()
+    });
+    assert_eq!(
+        names(&m.path("")),
+        set(&["a.bin", "a.safetensors", "a.tensors"])
+    );
+    m.unmount().unwrap();
 }
