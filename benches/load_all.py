@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loads every tensor of a model, for the mount benchmark (benches/mount/, items 5 and 7).
+"""Loads every tensor of a model, for the mount benchmark (benches/mount/, items 5, 7, 10, 11).
 
     load_all.py st FILE PASSES
         safetensors.safe_open(FILE, framework="numpy").get_tensor(name) for every name
@@ -10,10 +10,17 @@
     load_all.py npy DIR PASSES
         numpy.load on the NAME.npy view of every tensor of DIR (mounted with -o npy); tensors whose
         dtype numpy lacks (no view) as with fromfile
+    load_all.py pt FILE PASSES
+        torch.load(FILE, weights_only=True, map_location="cpu") of a PyTorch checkpoint
+    load_all.py st-torch FILE PASSES
+        safetensors.torch.load_file(FILE)
+    Both then read one byte of every 4 KiB page of every tensor: load_file maps the file (lazily,
+    copy-on-write), so only then is it read, as torch.load reads all of it.
 
 Each pass opens, lists and loads everything again, then drops each array right after loading it
-(so the process never holds the whole model). Prints one line per pass, "SECONDS BYTES TENSORS",
-timed with perf_counter around the pass only (interpreter start and imports are not counted).
+(so the process never holds the whole model; pt and st-torch hold the state dict they return until
+the pass ends). Prints one line per pass, "SECONDS BYTES TENSORS", timed with perf_counter around
+the pass only (interpreter start and imports are not counted).
 """
 
 import json
@@ -50,6 +57,29 @@ def load_st(path):
     return total, count
 
 
+def load_pt(path):
+    import torch
+
+    return state_dict_size(torch.load(path, weights_only=True, map_location="cpu"))
+
+
+def load_st_torch(path):
+    from safetensors.torch import load_file
+
+    return state_dict_size(load_file(path))
+
+
+def state_dict_size(state_dict):
+    """Bytes and tensors of a state dict, after reading one byte of every 4 KiB of each tensor."""
+    import torch
+
+    total = 0
+    for t in state_dict.values():
+        t.reshape(-1).view(torch.uint8)[::4096].sum()
+        total += t.numel() * t.element_size()
+    return total, len(state_dict)
+
+
 def load_raw(path):
     """numpy.fromfile on a raw tensor file, with the dtype and shape from its xattrs."""
     dtype = os.getxattr(path, "user.safetensors.dtype").decode()
@@ -77,7 +107,11 @@ def main():
         "st": load_st,
         "fromfile": lambda d: load_dir(d, npy=False),
         "npy": lambda d: load_dir(d, npy=True),
+        "pt": load_pt,
+        "st-torch": load_st_torch,
     }[mode]
+    if load in (load_pt, load_st_torch):
+        import safetensors.torch  # noqa: F401  (and torch: imported before the timed passes)
     for _ in range(passes):
         t = time.perf_counter()
         total, count = load(path)

@@ -1,7 +1,8 @@
 //! The benchmark's fixtures, written with the tests' hand writer (`tests/common/fixtures.rs`):
 //! their sizes, the data fixture of items 1-5 and 7 (random bytes, synced to disk, read once so
-//! the source's page cache is hot) and the sparse many-shard model of items 6, 8 and 9 with its
-//! local baseline directory.
+//! the source's page cache is hot), the sparse many-shard model of items 6, 8 and 9 with its
+//! local baseline directory, and the PyTorch checkpoint of item 11 (written by torch itself, with
+//! `benches/checkpoints.py`).
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -9,11 +10,12 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::measure::read_range;
 use crate::shared_fixtures::{Fill, Spec, write_generated};
-use crate::{GIB, MIB, Res, err};
+use crate::{GIB, MANIFEST_DIR, MIB, Res, err};
 
 /// Columns of the random-looking test tensors (F16).
 pub const COLS: u64 = 16384;
@@ -218,6 +220,59 @@ fn model_specs(sz: &Sizes, dtype: &'static str) -> Vec<Spec> {
     model.push(Spec::new("model.norm.weight", "F32", &[h]));
     model.push(Spec::new("lm_head.weight", dtype, &[v, h]));
     model
+}
+
+/// The fixture of item 11: item 5's model in BF16 saved by `torch.save` alone in `root/pickle`,
+/// and the same state dict saved by `safetensors.torch.save_file` in `root/pickle-st`.
+pub struct PickleFixture {
+    pub dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub st_dir: PathBuf,
+    pub st_file: PathBuf,
+    /// Tensor bytes and tensors, as the writer counted them.
+    pub bytes: u64,
+    pub tensors: usize,
+}
+
+/// Writes the item 11 fixture with `benches/checkpoints.py` and reads both files once.
+pub fn build_pickle(root: &Path, sz: &Sizes, python: Option<&Path>) -> Res<PickleFixture> {
+    let py = python.ok_or("no Python with safetensors + numpy (set TENSORMOUNT_PYTHON)")?;
+    let dir = root.join("pickle");
+    let st_dir = root.join("pickle-st");
+    for d in [&dir, &st_dir] {
+        fs::create_dir_all(d).map_err(err(d.display()))?;
+    }
+    let out = Command::new(py)
+        .arg(Path::new(MANIFEST_DIR).join("benches/checkpoints.py"))
+        .arg("write")
+        .args([&dir, &st_dir])
+        .args([sz.hidden, sz.vocab, sz.layers].map(|n| n.to_string()))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(err(py.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut counts = stdout.split_whitespace().map(str::parse::<u64>);
+    let (true, Some(Ok(bytes)), Some(Ok(tensors))) =
+        (out.status.success(), counts.next(), counts.next())
+    else {
+        let e = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "checkpoints.py write: {}",
+            e.lines().last().unwrap_or("no counts printed")
+        ));
+    };
+    let checkpoint = dir.join("pytorch_model.bin");
+    let st_file = st_dir.join("model.safetensors");
+    warm_file(&checkpoint)?;
+    warm_file(&st_file)?;
+    Ok(PickleFixture {
+        dir,
+        checkpoint,
+        st_dir,
+        st_file,
+        bytes,
+        tensors: tensors as usize,
+    })
 }
 
 /// The item 6 model (sparse shards plus index) and its local baseline directory.

@@ -60,13 +60,22 @@
 //!     pass), against safetensors (numpy, ml_dtypes' bfloat16) on the source, in GB/s of the
 //!     stored bytes; and the widening alone, in memory on one core, of BF16, F16, F8_E4M3 and F4
 //!     to float32, 1 MiB of output at a time, against copying as many bytes.
+//! 11. PyTorch checkpoints: item 5's model with BF16 matrices saved by the real `torch.save`
+//!     (zip format; benches/checkpoints.py writes it once per run), alone in its directory, and
+//!     the same state dict saved by `safetensors.torch.save_file` in another: the mount time of
+//!     the checkpoint (as item 6's), against `torch.load(weights_only=True, map_location="cpu")`
+//!     of it; `safetensors.torch.load_file` of the virtual `model.safetensors` (cold: a fresh
+//!     mount; warm: a second pass), against the same `torch.load`, in GB/s of the tensor bytes,
+//!     both followed by a read of one byte of every 4 KiB of every tensor (load_file maps the
+//!     file lazily); and `numpy.fromfile` on every file of `pytorch_model.tensors/` as in item 5,
+//!     against the same on the `model.tensors/` of a mount of the safetensors copy, cold and warm.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
-//! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`);
-//! `mounts.rs` mounts them (on the tests' daemon runner, `tests/common/daemon.rs`) and undoes
-//! every mount on exit or signal; `measure.rs` holds the timed operations and the statistics;
-//! `cases/` the rows (`reads.rs` items 1-5 and 7, `metadata.rs` 6 and 9, `refresh.rs` 8,
-//! `widen.rs` 10);
+//! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
+//! item 11's with torch, `benches/checkpoints.py`); `mounts.rs` mounts them (on the tests' daemon
+//! runner, `tests/common/daemon.rs`) and undoes every mount on exit or signal; `measure.rs` holds
+//! the timed operations and the statistics; `cases/` the rows (`reads.rs` items 1-5 and 7,
+//! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]
@@ -88,7 +97,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cases::Bench;
-use fixtures::{Sizes, build_data, build_large};
+use fixtures::{Sizes, build_data, build_large, build_pickle};
 use mounts::{CleanupGuard, Tuning, install_signal_cleanup, registry};
 use report::print_table;
 
@@ -227,8 +236,10 @@ fn run() -> Res<()> {
 
     let sz = Sizes::new(opts.quick);
     let t = Instant::now();
+    let python = shared_fixtures::find_python();
     let data = build_data(&root, &sz)?;
     let large = build_large(&root, &sz)?;
+    let pickle = build_pickle(&root, &sz, python.as_deref());
     // Flush the local baseline's inodes and xattr blocks now, so no writeback runs during the
     // measurements (and the final removal does not wait for it).
     let rootf = File::open(&root).map_err(err(root.display()))?;
@@ -243,7 +254,6 @@ fn run() -> Res<()> {
     for m in [&mnt, &mnt_large] {
         fs::create_dir_all(m).map_err(err(m.display()))?;
     }
-    let python = shared_fixtures::find_python();
     let runs = opts.runs;
     let warmup = opts.warmup;
     let baseline_too = opts.baseline_too;
@@ -252,6 +262,7 @@ fn run() -> Res<()> {
         sz,
         data,
         large,
+        pickle,
         mnt,
         mnt_large,
         python,

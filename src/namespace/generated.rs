@@ -471,7 +471,10 @@ impl Step<'_> {
                 let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
                 Some(Shard {
                     source: s,
-                    format: sets::shard_format(self.policy.options, index, n),
+                    format: sets::shard_format(
+                        index,
+                        self.policy.options.format_of(n).map(|(f, _)| f),
+                    ),
                     settled: !self.in_flux(n),
                 })
             },

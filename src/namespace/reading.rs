@@ -42,6 +42,28 @@ impl Node {
                 } else {
                     (0, window(header, offset, size))
                 };
+                // A read within one tensor stored as one stretch (most reads of a large one) is
+                // a plain span of the checkpoint, served as a tensor file's read is.
+                let want = size.saturating_sub(head.len() as u64).max(1);
+                let part = file.parts.get(file.part_at(offset));
+                if let Some(p) = part
+                    && head.is_empty()
+                    && p.tensor.strides.is_none()
+                    && offset >= p.start
+                    && offset.saturating_add(want) <= p.start + p.tensor.size()
+                {
+                    let span = (p.tensor.begin, p.tensor.size());
+                    let local = offset - p.start;
+                    let how = (None, Stored::Contiguous);
+                    return Ok(source_span(
+                        source,
+                        span,
+                        how,
+                        local,
+                        size,
+                        Cow::Borrowed(head),
+                    ));
+                }
                 let stored = Stored::Converted(file.clone());
                 let span = (0, file.data_len);
                 source_span(

@@ -10,7 +10,6 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use super::options::Options;
 use crate::format::{Description, Format, Tensor};
 use crate::index::{Index, Plan, converted_index_name};
 use crate::source::{PlanError, Source};
@@ -27,16 +26,15 @@ pub struct Shard<'a> {
     pub settled: bool,
 }
 
-/// The format of the shard `shard` of the index `index`, by its name: a safetensors index's
-/// shards are safetensors files, a PyTorch index's (`*.bin.index*.json`) checkpoints, when
-/// `options` reads them.
-pub fn shard_format(options: &Options, index: &[u8], shard: &[u8]) -> Option<Format> {
+/// The format a shard of the index `index` is read as, given the one its name says (`named`, among
+/// the formats read): a safetensors index's shards are safetensors files, a PyTorch index's
+/// (`*.bin.index*.json`) checkpoints.
+pub fn shard_format(index: &[u8], named: Option<Format>) -> Option<Format> {
     let kind = match converted_index_name(index) {
         Some(_) => Format::Pytorch,
         None => Format::Safetensors,
     };
-    let (format, _) = options.format_of(shard)?;
-    (format == kind).then_some(format)
+    named.filter(|f| *f == kind)
 }
 
 /// What a valid set merges: its tensors with their sources, and the shards (sorted by name).

@@ -1,8 +1,10 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
-//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8) and `widen.rs` (10).
+//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10) and
+//! `pickle.rs` (11).
 
 mod metadata;
+mod pickle;
 mod reads;
 mod refresh;
 mod widen;
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::fixtures::{DataFixture, LargeFixture, PAR, Sizes};
+use crate::fixtures::{DataFixture, LargeFixture, PAR, PickleFixture, Sizes};
 use crate::measure::{pretouch, pretouch_for, read_range};
 use crate::mounts::{Mount, Tuning, getxattr};
 use crate::report::{Cell, Row, Unit};
@@ -24,6 +26,8 @@ pub struct Bench {
     pub sz: Sizes,
     pub data: DataFixture,
     pub large: LargeFixture,
+    /// Item 11's checkpoint, or why it could not be written.
+    pub pickle: Res<PickleFixture>,
     pub mnt: PathBuf,
     pub mnt_large: PathBuf,
     pub python: Option<PathBuf>,
@@ -73,12 +77,23 @@ impl Bench {
         &self,
         opts: &str,
         cached: u64,
+        f: impl FnMut(&Mount) -> Res<(f64, f64)>,
+    ) -> Res<(Vec<f64>, Vec<f64>)> {
+        self.cold_warm_on(&self.data.dir, opts, cached, f)
+    }
+
+    /// [`Self::cold_warm_with`] on mounts of `src` instead of the data fixture.
+    pub fn cold_warm_on(
+        &self,
+        src: &Path,
+        opts: &str,
+        cached: u64,
         mut f: impl FnMut(&Mount) -> Res<(f64, f64)>,
     ) -> Res<(Vec<f64>, Vec<f64>)> {
         let (mut cold, mut warm) = (Vec::new(), Vec::new());
         for i in 0..self.runs_total() {
             pretouch(pretouch_for(cached));
-            let m = Mount::new(&self.data.dir, &self.mnt, self.tuning, opts)?;
+            let m = Mount::new(src, &self.mnt, self.tuning, opts)?;
             let (c, w) = f(&m)?;
             m.unmount()?;
             if i >= self.opts.warmup {
@@ -128,16 +143,17 @@ impl Bench {
     }
 
     pub fn python_passes(&self, mode: &str, path: &Path, passes: usize) -> Res<Vec<f64>> {
-        self.python_passes_of(mode, path, passes, self.data.model_bytes)
+        let expected = (self.data.model_bytes, self.data.model_tensors);
+        self.python_passes_of(mode, path, passes, expected)
     }
 
-    /// [`Self::python_passes`] of a model that loads as `bytes` bytes.
+    /// [`Self::python_passes`] of a model that loads as `expected` (bytes, tensors).
     pub fn python_passes_of(
         &self,
         mode: &str,
         path: &Path,
         passes: usize,
-        bytes_expected: u64,
+        (bytes_expected, tensors_expected): (u64, usize),
     ) -> Res<Vec<f64>> {
         let py = self
             .python
@@ -167,10 +183,10 @@ impl Bench {
             };
             let bytes: u64 = b.parse().map_err(err("load_all.py bytes"))?;
             let count: usize = n.parse().map_err(err("load_all.py count"))?;
-            if bytes != bytes_expected || count != self.data.model_tensors {
+            if bytes != bytes_expected || count != tensors_expected {
                 return Err(format!(
-                    "load_all.py {mode} loaded {count} tensors / {bytes} B, expected {} / {}",
-                    self.data.model_tensors, bytes_expected
+                    "load_all.py {mode} loaded {count} tensors / {bytes} B, expected \
+                     {tensors_expected} / {bytes_expected}"
                 ));
             }
             secs.push(s.parse().map_err(err("load_all.py seconds"))?);
@@ -229,6 +245,8 @@ impl Bench {
         self.far_away(&mut rows);
         self.progress("10: -o dtype=f32");
         self.widening(&mut rows);
+        self.progress("11: PyTorch checkpoint");
+        self.checkpoint(&mut rows);
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
         rows.sort_by_key(|r| r.id.parse::<u32>().unwrap_or(0));

@@ -9,10 +9,8 @@ use tensormount::format::Dtype;
 use tensormount::widen::{Target, Widening};
 
 use super::Bench;
-use crate::measure::{pretouch, pretouch_for};
-use crate::mounts::Mount;
+use crate::MIB;
 use crate::report::{Cell, Row, Unit, fmt_size};
-use crate::{MIB, Res};
 
 impl Bench {
     pub fn widening(&mut self, rows: &mut Vec<Row>) {
@@ -25,23 +23,20 @@ impl Bench {
             fmt_size(stored)
         );
         let warmup = self.opts.warmup;
+        let tensors = self.data.model_tensors;
         let direct = self
-            .python_passes_of("st", &self.data.bf16_file, self.runs_total(), stored)
+            .python_passes_of(
+                "st",
+                &self.data.bf16_file,
+                self.runs_total(),
+                (stored, tensors),
+            )
             .map(|v| v[warmup.min(v.len())..].to_vec());
-        let runs = (|| -> Res<(Vec<f64>, Vec<f64>)> {
-            let (mut cold, mut warm) = (Vec::new(), Vec::new());
-            for i in 0..self.runs_total() {
-                pretouch(pretouch_for(widened));
-                let m = Mount::new(&self.data.bf16_dir, &self.mnt, self.tuning, "dtype=f32,npy")?;
-                let v = self.python_passes_of("npy", &m.path("model.tensors"), 2, widened)?;
-                m.unmount()?;
-                if i >= warmup {
-                    cold.push(v[0]);
-                    warm.push(v[1]);
-                }
-            }
-            Ok((cold, warm))
-        })();
+        let runs = self.cold_warm_on(&self.data.bf16_dir, "dtype=f32,npy", widened, |m| {
+            let v =
+                self.python_passes_of("npy", &m.path("model.tensors"), 2, (widened, tensors))?;
+            Ok((v[0], v[1]))
+        });
         for (warm, w) in [(false, "cold"), (true, "warm")] {
             rows.push(Row {
                 id: "10",

@@ -11,8 +11,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use super::container::{Container, MAX_PICKLE, Span, checkpoint, pickle_error};
 use super::pickle::{self, Pickle, Value};
-use super::{Container, MAX_PICKLE, Span, checkpoint, danger, pickle_error, torch};
+use super::{danger, torch};
 use crate::format::error::FormatError;
 
 /// How much of the file's start is looked at to tell what it is (a tar header is 512 bytes).

@@ -6,11 +6,13 @@
 //! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
 //! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way);
-//! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container.
+//! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container, each giving
+//!   a [`container::Container`].
 //!
 //! This module tells the containers apart by the file's first bytes and places each tensor in its
 //! storage: tensor offsets are absolute file offsets (`data_start` is 0).
 
+mod container;
 mod danger;
 mod dtypes;
 mod legacy;
@@ -27,29 +29,8 @@ use std::sync::Arc;
 
 use super::description::{Description, Format, Tensor};
 use super::error::FormatError;
-use pickle::PickleError;
-use torch::Found;
-
-/// Most notes kept per file; the rest are counted in one last note.
-const MAX_NOTES: usize = 100;
-/// Largest pickle read into memory.
-const MAX_PICKLE: u64 = 1 << 30;
-
-/// Where a storage's bytes lie in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Span {
-    start: u64,
-    len: u64,
-}
-
-/// A checkpoint's container, read: its main pickle, the storages' places, and the dangerous
-/// globals of all its pickles.
-struct Container {
-    kind: &'static str,
-    main: pickle::Pickle,
-    storages: HashMap<String, Span>,
-    dangerous: Vec<String>,
-}
+use container::{Container, MAX_PICKLE, Span, checkpoint};
+use torch::{Found, MAX_NOTES};
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
@@ -109,30 +90,6 @@ fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
         ),
         false,
     )
-}
-
-fn checkpoint(
-    path: &Path,
-    rule: &'static str,
-    what: impl Into<String>,
-    cut_short: bool,
-) -> FormatError {
-    FormatError::Checkpoint {
-        path: path.to_path_buf(),
-        rule,
-        what: what.into(),
-        cut_short,
-    }
-}
-
-/// A pickle error, as the file's: `part` names the pickle (`data.pkl`, ...).
-fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatError {
-    checkpoint(path, e.rule, format!("{part}: {e}"), e.cut_short())
-}
-
-/// Runs the pickle at the start of `bytes` (`part` names it, for messages).
-fn load(path: &Path, part: &str, bytes: &[u8]) -> Result<pickle::Pickle, FormatError> {
-    pickle::load(bytes).map_err(|e| pickle_error(path, part, e))
 }
 
 /// The description of a read container: its tensors placed, the notes, the conversion.

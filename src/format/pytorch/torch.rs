@@ -8,11 +8,12 @@
 
 use std::collections::HashSet;
 
-use super::MAX_NOTES;
 use super::dtypes::{Elem, QUANTIZED, dtype_global, storage_class};
 use super::pickle::{Id, Pickle, SeqKind, Value};
 use crate::format::Dtype;
 
+/// Most notes kept per file; the rest are counted in one last note.
+pub(super) const MAX_NOTES: usize = 100;
 /// Deepest nesting of containers walked; deeper subtrees are ignored (with a note).
 const MAX_DEPTH: usize = 256;
 /// Values visited per byte of the pickle, at most: each reference to a value takes a byte, so only

@@ -15,7 +15,8 @@ use std::path::Path;
 use ::zip::result::ZipError;
 use ::zip::{CompressionMethod, ZipArchive};
 
-use super::{Container, MAX_PICKLE, Span, checkpoint, danger, load};
+use super::container::{Container, MAX_PICKLE, Span, checkpoint, load};
+use super::danger;
 use crate::format::error::FormatError;
 
 /// Longest `byteorder` entry read (`little` or `big`).

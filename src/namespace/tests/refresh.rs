@@ -522,9 +522,10 @@ fn check_set(
             Some(sets::Shard {
                 source,
                 format: sets::shard_format(
-                    &Options::default(),
                     b"model.safetensors.index.json",
-                    shard.as_bytes(),
+                    Options::default()
+                        .format_of(shard.as_bytes())
+                        .map(|(f, _)| f),
                 ),
                 settled: *settled,
             })
