@@ -441,8 +441,17 @@ fn check_tree(tree: &Snapshot, source: &Path, options: &Options) -> Vec<(String,
                         check_widen(tensor, *widen, options.widen);
                         check_npy(tree, ino, &path, tensor, *widen, whole, options.layout);
                     }
+                    Content::Converted { .. } => {
+                        // A checkpoint's conversion: a safetensors file the official crate reads.
+                        safetensors::SafeTensors::deserialize(whole)
+                            .unwrap_or_else(|e| panic!("{path:?}: not safetensors: {e}"));
+                    }
                     Content::Generated(_) => {
-                        assert_eq!(&node.name[..], b"__metadata__");
+                        // `__metadata__`, or the index of a set of checkpoints' conversions.
+                        assert!(
+                            &node.name[..] == b"__metadata__" || node.name.ends_with(b".json"),
+                            "{path:?}: generated"
+                        );
                         assert_eq!(whole.last(), Some(&b'\n'));
                         let v: serde_json::Value = serde_json::from_slice(whole)
                             .unwrap_or_else(|e| panic!("{path:?}: not JSON: {e}"));
