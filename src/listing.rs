@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::namespace::{Listed, presented};
+use crate::namespace::{Listed, presented, presented_name};
 
 /// An aligned table: path, dtype, shape, bytes (as presented), source, offset (`-` for a gathered
 /// tensor); with `-o dtype=` also the stored dtype and bytes.
@@ -15,10 +15,10 @@ pub fn table(rows: &[Listed<'_>]) -> String {
     let cells = rows
         .iter()
         .map(|r| {
-            let (dtype, size) = presented(r.tensor, r.widen);
+            let size = presented(r.tensor, r.widen).1;
             let mut row = vec![
                 printable(&r.path),
-                format!("{dtype:?}"),
+                presented_name(r.tensor, r.widen),
                 r.tensor.shape_json(),
                 size.to_string(),
                 printable(&r.source.to_string_lossy()),
@@ -142,11 +142,11 @@ pub fn json(rows: &[Listed<'_>]) -> String {
     let items: Vec<_> = rows
         .iter()
         .map(|r| {
-            let (dtype, size) = presented(r.tensor, r.widen);
+            let size = presented(r.tensor, r.widen).1;
             let mut item = json!({
                 "path": r.path,
                 "name": &*r.tensor.name,
-                "dtype": format!("{dtype:?}"),
+                "dtype": presented_name(r.tensor, r.widen),
                 "shape": r.tensor.shape,
                 "size": size,
                 "source": r.source.to_string_lossy(),

@@ -13,7 +13,7 @@ pub fn check(d: &Description, file_len: u64) {
     assert_eq!(d.data_start, 0);
     assert!(d.notes.len() <= 101, "{} notes", d.notes.len());
     for t in &d.tensors {
-        let size = (t.dtype.bitsize() / 8) as u64;
+        let size = t.element_size();
         let numel = t
             .shape
             .iter()

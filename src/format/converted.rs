@@ -119,6 +119,7 @@ mod tests {
             begin,
             end: begin + size,
             strides: None,
+            unnamed: None,
         })
     }
 

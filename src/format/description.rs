@@ -88,6 +88,11 @@ pub struct Tensor {
     /// Its elements are gathered on read. Every element lies within the file (checked by the
     /// reader).
     pub strides: Option<Box<[u64]>>,
+    /// For an element type safetensors has no name for (a checkpoint's complex32 or complex128):
+    /// the name tensormount gives it (`C32`, `C128`) and its size in bytes. `dtype` is then `U8`,
+    /// the type of its bytes taken one by one, and the tensor is a file only: no NPY view, no
+    /// widening, no place in a conversion.
+    pub unnamed: Option<(&'static str, u64)>,
 }
 
 impl Tensor {
@@ -96,9 +101,21 @@ impl Tensor {
         self.end - self.begin
     }
 
-    /// The dtype as the header spells it (`BF16`, `F8_E4M3`, ...).
+    /// The dtype as the header spells it (`BF16`, `F8_E4M3`, ...), or the name of an element type
+    /// safetensors has none for.
     pub fn dtype_name(&self) -> String {
-        format!("{:?}", self.dtype)
+        match self.unnamed {
+            Some((name, _)) => name.to_string(),
+            None => format!("{:?}", self.dtype),
+        }
+    }
+
+    /// The size of one element in bytes (1 for the sub-byte dtypes, whose elements are packed).
+    pub fn element_size(&self) -> u64 {
+        match self.unnamed {
+            Some((_, size)) => size,
+            None => (self.dtype.bitsize() / 8).max(1) as u64,
+        }
     }
 
     /// The shape as a JSON array without spaces, e.g. `[4096,11008]`.

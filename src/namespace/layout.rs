@@ -169,7 +169,12 @@ fn add_npy_views(
     for &(leaf_name, (tensor, src)) in leaves {
         let widen = widening(options, tensor);
         let (dtype, presented) = presented(tensor, widen);
-        let Some(header) = npy::header_as(dtype, tensor) else {
+        let header = tensor
+            .unnamed
+            .is_none()
+            .then(|| npy::header_as(dtype, tensor))
+            .flatten();
+        let Some(header) = header else {
             continue;
         };
         let name = match leaf_name {
@@ -199,6 +204,9 @@ fn add_npy_views(
 
 /// How `-o dtype=` presents `tensor`: widened, or as stored (`None`).
 fn widening(options: &Options, tensor: &Tensor) -> Option<Widening> {
+    if tensor.unnamed.is_some() {
+        return None;
+    }
     Widening::new(tensor.dtype, options.widen?)
 }
 

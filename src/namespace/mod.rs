@@ -45,7 +45,9 @@ pub use diff::{Diff, Removed};
 pub use error::BuildError;
 pub use layout::{METADATA_FILE, NPY_SUFFIX, TENSOR_FILE};
 pub use live::Namespace;
-pub use node::{Attr, Content, Dir, FileError, Ino, Kind, Node, Origin, ROOT, presented};
+pub use node::{
+    Attr, Content, Dir, FileError, Ino, Kind, Node, Origin, ROOT, presented, presented_name,
+};
 pub use options::{DEFAULT_SETTLE, Layout, Options};
 pub use reading::NotReadable;
 pub use sets::SetError;

@@ -157,6 +157,15 @@ impl Node {
     }
 }
 
+/// The name of the dtype a tensor is presented with (`user.safetensors.dtype`): the widened one, or
+/// the stored one as [`Tensor::dtype_name`] spells it.
+pub fn presented_name(tensor: &Tensor, widen: Option<Widening>) -> String {
+    match widen {
+        Some(w) => format!("{:?}", w.target().dtype()),
+        None => tensor.dtype_name(),
+    }
+}
+
 /// The dtype and size a tensor is presented with: widened, or as stored.
 pub fn presented(tensor: &Tensor, widen: Option<Widening>) -> (Dtype, u64) {
     match widen {

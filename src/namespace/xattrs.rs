@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use log::debug;
 
-use super::node::{Content, FileError, Node, Xattrs, presented};
+use super::node::{Content, FileError, Node, Xattrs, presented, presented_name};
 use crate::format::{Format, Tensor};
 use crate::source::Source;
 use crate::widen::Widening;
@@ -39,7 +39,7 @@ type Value = fn(&TensorFile) -> Option<Vec<u8>>;
 /// Every attribute of a tensor file, in listing order: its whole name, and its value.
 const TENSOR: &[(&str, Value)] = &[
     ("user.safetensors.dtype", |t| {
-        Some(format!("{:?}", presented(t.tensor, t.widen).0).into_bytes())
+        Some(presented_name(t.tensor, t.widen).into_bytes())
     }),
     ("user.safetensors.shape", |t| {
         Some(t.tensor.shape_json().into_bytes())

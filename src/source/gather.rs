@@ -33,7 +33,7 @@ pub fn tensor_runs(tensor: &Tensor, offset: u64, len: u64, run: &mut impl FnMut(
         // Never made by a reader; nothing to gather.
         return;
     }
-    let elem = (tensor.dtype.bitsize() / 8).max(1) as u64;
+    let elem = tensor.element_size();
     let shape = &tensor.shape;
     let end = offset + len;
     let mut i = offset / elem;
@@ -117,6 +117,7 @@ mod tests {
             begin,
             end: begin + 2 * numel as u64,
             strides: strides.map(Into::into),
+            unnamed: None,
         }
     }
 

@@ -67,7 +67,10 @@ DTYPES = {
     torch.int8: "I8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
     torch.uint8: "U8", torch.uint16: "U16", torch.uint32: "U32", torch.uint64: "U64",
     torch.bool: "BOOL", torch.complex64: "C64",
+    # No safetensors dtype: a tensor file of tensormount's own naming, left out of conversions.
+    torch.complex128: "C128",
 }
+NO_SAFETENSORS_DTYPE = {torch.complex128}
 # The safetensors dtypes numpy has (little-endian), for the NPY views.
 NUMPY = {
     "BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "F16": "<f2",
@@ -114,10 +117,10 @@ def load(path):
 
 def state_dict(obj):
     """What the virtual safetensors file holds: the top-level dict when all its values are
-    tensors, else its `state_dict` entry."""
-    if isinstance(obj, dict) and all(isinstance(v, torch.Tensor) for v in obj.values()):
-        return obj
-    return obj["state_dict"]
+    tensors, else its `state_dict` entry; less the tensors safetensors has no dtype for."""
+    if not (isinstance(obj, dict) and all(isinstance(v, torch.Tensor) for v in obj.values())):
+        obj = obj["state_dict"]
+    return {k: v for k, v in obj.items() if v.dtype not in NO_SAFETENSORS_DTYPE}
 
 
 # ---------------------------------------------------------------- fixtures

@@ -12,6 +12,25 @@ pub(super) struct Elem {
 }
 
 pub(super) const QUANTIZED: &str = "safetensors has no quantized dtype";
+const NO_COMPLEX: &str = "safetensors has no dtype for it";
+
+/// The element types safetensors has no name for whose tensors are still shown as files (their
+/// bytes are plain little-endian numbers), by torch's name, with the name tensormount gives them.
+const FILE_ONLY: &[(&str, &str)] = &[
+    ("complex128", "C128"),
+    ("cdouble", "C128"),
+    ("complex32", "C32"),
+    ("chalf", "C32"),
+];
+
+/// The name tensormount gives an element type safetensors has no name for, if its tensors are
+/// shown as files (see [`FILE_ONLY`]).
+pub(super) fn file_only(elem: &Elem) -> Option<&'static str> {
+    FILE_ONLY
+        .iter()
+        .find(|(torch, _)| *torch == elem.name)
+        .map(|(_, ours)| *ours)
+}
 pub(super) const BITS: &str = "safetensors has no raw-bits dtype";
 
 /// torch's dtypes by the names of their `torch.<name>` globals.
@@ -42,10 +61,10 @@ const DTYPES: &[(&str, u64, Result<Dtype, &str>)] = &[
     ("bool", 1, Ok(Dtype::BOOL)),
     ("complex64", 8, Ok(Dtype::C64)),
     ("cfloat", 8, Ok(Dtype::C64)),
-    ("complex128", 16, Err("safetensors has no complex128 dtype")),
-    ("cdouble", 16, Err("safetensors has no complex128 dtype")),
-    ("complex32", 4, Err("safetensors has no complex32 dtype")),
-    ("chalf", 4, Err("safetensors has no complex32 dtype")),
+    ("complex128", 16, Err(NO_COMPLEX)),
+    ("cdouble", 16, Err(NO_COMPLEX)),
+    ("complex32", 4, Err(NO_COMPLEX)),
+    ("chalf", 4, Err(NO_COMPLEX)),
     ("qint8", 1, Err(QUANTIZED)),
     ("quint8", 1, Err(QUANTIZED)),
     ("qint32", 4, Err(QUANTIZED)),

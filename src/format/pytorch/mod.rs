@@ -120,7 +120,8 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
                 let mut entries = Vec::with_capacity(keys.len());
                 let mut left_out = Vec::new();
                 for (key, value) in keys {
-                    match by_value.get(&value) {
+                    // A file only (complex32, complex128) has no safetensors dtype to convert to.
+                    match by_value.get(&value).filter(|t| t.unnamed.is_none()) {
                         Some(t) => entries.push((Arc::from(key.as_str()), Arc::clone(t))),
                         None => left_out.push(key),
                     }
@@ -169,7 +170,7 @@ fn left_out_note(names: &[String]) -> String {
     };
     format!(
         "the conversion to safetensors leaves out the tensors of the state dict that have no \
-         file: {}{more}",
+         file or no safetensors dtype: {}{more}",
         listed.join(", ")
     )
 }
@@ -233,6 +234,7 @@ fn place(f: &Found, storages: &HashMap<String, Span>) -> Result<Tensor, String> 
         begin,
         end,
         strides,
+        unnamed: f.unnamed.map(|name| (name, size)),
     };
     if numel == 0 {
         let offset = f.offset.saturating_mul(size).min(storage_len);

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use super::dtypes::{Elem, QUANTIZED, dtype_global, storage_class};
+use super::dtypes::{Elem, QUANTIZED, dtype_global, file_only, storage_class};
 use super::pickle::{Id, Pickle, SeqKind, Value};
 use crate::format::Dtype;
 
@@ -49,6 +49,9 @@ pub(super) struct Found {
     pub value: Id,
     pub elem: Elem,
     pub dtype: Dtype,
+    /// For an element type safetensors has no name for: the name tensormount gives it (`dtype` is
+    /// then `U8`).
+    pub unnamed: Option<&'static str>,
     pub shape: Vec<u64>,
     pub strides: Vec<u64>,
     /// In elements of the tensor's dtype.
@@ -436,9 +439,18 @@ impl Walker<'_> {
             }
             None => storage_elem.ok_or("has a storage of unknown type: left out")?,
         };
-        let dtype = elem
-            .dtype
-            .map_err(|why| format!("is {} (torch.{}): no file; {why}", elem.name, elem.name))?;
+        // A type safetensors has no name for is a file of its bytes, if they are plain numbers.
+        let unnamed = file_only(&elem);
+        let dtype = match (elem.dtype, unnamed) {
+            (Ok(dtype), _) => dtype,
+            (Err(_), Some(_)) => Dtype::U8,
+            (Err(why), None) => {
+                return Err(format!(
+                    "is {} (torch.{}): no file; {why}",
+                    elem.name, elem.name
+                ));
+            }
+        };
         let offset = p
             .int(*offset)
             .and_then(|o| u64::try_from(o).ok())
@@ -455,6 +467,7 @@ impl Walker<'_> {
             value: 0,
             elem,
             dtype,
+            unnamed,
             shape,
             strides,
             offset,

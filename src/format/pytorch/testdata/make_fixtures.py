@@ -1,7 +1,7 @@
 """Writes the PyTorch checkpoint fixtures of src/format/pytorch's tests, with the real torch.save,
 and beside each NAME.pt a NAME.json oracle: for each tensor torch.load gives back (flattened by
 dict key / list index, joined with '.'), its safetensors dtype, shape and bytes (hex, C order), and
-the names of tensors safetensors has no dtype for.
+the names of tensors that get no file (complex32 and complex128 get one, named C32 and C128).
 
 Run with a Python that has torch (and numpy): python make_fixtures.py [OUT_DIR]
 """
@@ -27,6 +27,8 @@ SAFETENSORS = {
     torch.int64: "I64", torch.uint8: "U8", torch.uint16: "U16", torch.uint32: "U32",
     torch.uint64: "U64", torch.bool: "BOOL", torch.complex64: "C64",
 }
+# The element types safetensors has no name for that tensormount still shows as files.
+FILE_ONLY = {torch.complex128: "C128", torch.complex32: "C32"}
 
 
 def sample(dtype, shape=(2, 3)):
@@ -61,12 +63,12 @@ def oracle(loaded):
     tensors, nofile = [], []
     for name, t in found:
         t = t.detach()
-        if t.layout != torch.strided or t.is_quantized or t.dtype not in SAFETENSORS:
+        dtype = SAFETENSORS.get(t.dtype) or FILE_ONLY.get(t.dtype)
+        if t.layout != torch.strided or t.is_quantized or dtype is None:
             nofile.append(name)
             continue
         data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        tensors.append({"name": name, "dtype": SAFETENSORS[t.dtype], "shape": list(t.shape),
-                        "hex": data.hex()})
+        tensors.append({"name": name, "dtype": dtype, "shape": list(t.shape), "hex": data.hex()})
     return {"tensors": tensors, "nofile": nofile}
 
 
