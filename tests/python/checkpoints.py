@@ -58,6 +58,9 @@ import zipfile
 warnings.filterwarnings("ignore")
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle import tensor_files, xattr  # noqa: E402
 import torch  # noqa: E402
 
 # torch dtype -> safetensors spelling.
@@ -518,13 +521,6 @@ def write_broken(out):
 
 # ---------------------------------------------------------------- checks of a mount
 
-def xattr(path, key):
-    try:
-        return os.getxattr(path, key, follow_symlinks=False).decode()
-    except OSError:
-        return None
-
-
 def read(path, offset=0, n=None):
     with open(path, "rb") as f:
         f.seek(offset)
@@ -532,20 +528,9 @@ def read(path, offset=0, n=None):
 
 
 def check_one(src, tdir, npy, widen):
-    errors = []
     fmt = "pytorch-zip" if zipfile.is_zipfile(src) else "pytorch-legacy"
     real_src = os.path.realpath(src)
-    by_name, npy_by_name = {}, {}
-    for root, _dirs, files in os.walk(tdir):
-        for f in files:
-            path = os.path.join(root, f)
-            name = xattr(path, "user.safetensors.name")
-            if name is None:
-                continue
-            into = npy_by_name if xattr(path, "user.safetensors.npy_header_len") else by_name
-            if name in into:
-                errors.append(f"{name!r}: two files, {into[name]} and {path}")
-            into[name] = path
+    by_name, npy_by_name, errors = tensor_files(tdir)
     want = dict(flatten(load(src)))
     for name, t in want.items():
         path = by_name.get(name)
@@ -611,18 +596,23 @@ def check_npy(name, stored, t, path):
     return errors
 
 
+def report(errors, what):
+    """Prints each error as a MISMATCH line (exit status 1), or `ok WHAT`."""
+    for e in errors:
+        print(f"MISMATCH {e}")
+    if errors:
+        return 1
+    print(f"ok {what}")
+    return 0
+
+
 def check_mount(pairs, npy, widen):
     total, errors = 0, []
     for src, tdir in pairs:
         e, n = check_one(src, tdir, npy, widen)
         errors += [f"{src}: {x}" for x in e]
         total += n
-    for e in errors:
-        print(f"MISMATCH {e}")
-    if errors:
-        return 1
-    print(f"ok {total} tensors")
-    return 0
+    return report(errors, f"{total} tensors")
 
 
 def same(a, b):
@@ -642,12 +632,7 @@ def safe_open_cmd(pairs):
                 if not same(f.get_tensor(k), sd[k]):
                     errors.append(f"{virtual}: {k!r} differs from torch.load of {src}")
                 total += 1
-    for e in errors:
-        print(f"MISMATCH {e}")
-    if errors:
-        return 1
-    print(f"ok {total} tensors")
-    return 0
+    return report(errors, f"{total} tensors")
 
 
 def from_pretrained(mounted, source):
@@ -663,12 +648,7 @@ def from_pretrained(mounted, source):
     got = model.state_dict()
     errors = [f"{k!r}: missing from the loaded model" for k in sorted(set(want) - set(got))]
     errors += [f"{k!r}: differs" for k in sorted(set(want) & set(got)) if not same(got[k], want[k])]
-    for e in errors:
-        print(f"MISMATCH {e}")
-    if errors:
-        return 1
-    print(f"ok {len(want)} tensors from {len(shards)} shards")
-    return 0
+    return report(errors, f"{len(want)} tensors from {len(shards)} shards")
 
 
 def save(path, seed, legacy):

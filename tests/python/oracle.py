@@ -166,7 +166,9 @@ def xattr(path, key):
         return None
 
 
-def compare(src, tensor_dir, allow_extra=False, npy=False):
+def tensor_files(tensor_dir):
+    """The files under a mounted tensor directory by tensor name (user.safetensors.name): the
+    tensor files, the NPY views, and the names found twice."""
     by_name, npy_by_name, errors = {}, {}, []
     for root, _dirs, files in os.walk(tensor_dir):
         for f in files:
@@ -178,6 +180,11 @@ def compare(src, tensor_dir, allow_extra=False, npy=False):
             if name in files_of:
                 errors.append(f"{name!r}: two files, {files_of[name]} and {path}")
             files_of[name] = path
+    return by_name, npy_by_name, errors
+
+
+def compare(src, tensor_dir, allow_extra=False, npy=False):
+    by_name, npy_by_name, errors = tensor_files(tensor_dir)
 
     seen = set()
     for name, dtype, shape, expected in load(src):
