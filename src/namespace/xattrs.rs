@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use log::debug;
 
-use super::node::{Content, FileError, Node, Xattrs, presented, presented_name};
+use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::format::{Format, Tensor};
+use crate::index::converted_index_name;
 use crate::source::Source;
 use crate::widen::Widening;
 
@@ -122,7 +123,7 @@ impl Node {
         }
         match &self.content {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
-            Content::Mirror { error: Some(e), .. } => vec![error_name(e)],
+            Content::Mirror { error: Some(_), .. } => vec![error_name(&self.name)],
             Content::Converted { .. } => vec![CONVERTED_FROM.to_string()],
             _ => Vec::new(),
         }
@@ -138,7 +139,7 @@ impl Node {
             return value(&t);
         }
         match &self.content {
-            Content::Mirror { error: Some(e), .. } if name == error_name(e) => {
+            Content::Mirror { error: Some(e), .. } if name == error_name(&self.name) => {
                 Some(e.to_string().into_bytes())
             }
             Content::Converted { source, .. } if name == CONVERTED_FROM => {
@@ -149,14 +150,12 @@ impl Node {
     }
 }
 
-/// The attribute that says why a mirrored file is not interpreted as its name says: in
-/// tensormount's own namespace for a checkpoint of another format than safetensors.
-fn error_name(e: &FileError) -> String {
-    let own = match e {
-        FileError::NotConverted(_) => true,
-        FileError::Invalid(e) => e.format() == Some(Format::Pytorch),
-        FileError::BeingWritten(_) | FileError::Set(_) => false,
-    };
+/// The attribute that says why the mirrored file `file_name` is not interpreted as its name says:
+/// in tensormount's own namespace for a PyTorch checkpoint or the index of a set of them, in
+/// safetensors' for a safetensors file or index.
+fn error_name(file_name: &[u8]) -> String {
+    let own = Format::of(file_name).is_some_and(|(f, _)| f == Format::Pytorch)
+        || converted_index_name(file_name).is_some();
     format!("{}{ERROR}", if own { OWN_PREFIX } else { PREFIX })
 }
 

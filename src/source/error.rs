@@ -5,9 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use std::os::unix::ffi::OsStrExt;
-
-use crate::format::{Format, FormatError};
+use crate::format::FormatError;
 use crate::index::IndexError;
 
 /// Why a source file cannot be used: opened, or opened again as the version found.
@@ -61,15 +59,6 @@ impl DescribeError {
     /// Whether the file is simply of another kind than its name suggests: nothing to report.
     pub fn is_foreign(&self) -> bool {
         matches!(self, DescribeError::Invalid(e) if e.is_foreign())
-    }
-
-    /// The format the file was read as (the one its name says).
-    pub fn format(&self) -> Option<Format> {
-        let path = match self {
-            DescribeError::Unreadable(path, _) => path,
-            DescribeError::Invalid(e) => e.path(),
-        };
-        Format::of(path.file_name()?.as_bytes()).map(|(f, _)| f)
     }
 
     /// Whether the file ends too soon: what a file still being written looks like.
