@@ -2,10 +2,15 @@
 //! each storage lies), and the errors a container's reader reports.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::pickle::{self, PickleError};
+use super::pickle::{self, Pickle, PickleError};
 use crate::format::error::FormatError;
+
+/// The first buffer a pickle is read into.
+const FIRST_READ: u64 = 1 << 16;
 
 /// Largest pickle read into memory.
 pub(super) const MAX_PICKLE: u64 = 1 << 30;
@@ -48,6 +53,30 @@ pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatErr
 }
 
 /// Runs the pickle at the start of `bytes` (`part` names it, for messages).
-pub(super) fn load(path: &Path, part: &str, bytes: &[u8]) -> Result<pickle::Pickle, FormatError> {
+pub(super) fn load(path: &Path, part: &str, bytes: &[u8]) -> Result<Pickle, FormatError> {
     pickle::load(bytes).map_err(|e| pickle_error(path, part, e))
+}
+
+/// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.
+pub(super) fn load_at(
+    file: &File,
+    len: u64,
+    at: u64,
+    path: &Path,
+    part: &str,
+) -> Result<Pickle, FormatError> {
+    let available = len.saturating_sub(at).min(MAX_PICKLE);
+    let mut want = FIRST_READ.min(available);
+    loop {
+        let mut buf = vec![0; want as usize];
+        file.read_exact_at(&mut buf, at)
+            .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
+        match pickle::load(&buf) {
+            Err(e) if e.cut_short() && want < available => {
+                want = want.saturating_mul(2).min(available);
+            }
+            Err(e) => return Err(pickle_error(path, part, e)),
+            Ok(p) => return Ok(p),
+        }
+    }
 }

@@ -11,8 +11,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::{Container, MAX_PICKLE, Span, checkpoint, pickle_error};
-use super::pickle::{self, Pickle, Value};
+use super::container::{Container, Span, checkpoint, load_at};
+use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
 
@@ -27,9 +27,6 @@ pub(super) const MAGIC_PICKLE: [u8; 15] = [
 
 /// The protocol version of the legacy format.
 const PROTOCOL_VERSION: i64 = 1001;
-
-/// The first buffer a pickle is read into.
-const FIRST_READ: u64 = 1 << 16;
 
 /// Whether the file is a tar checkpoint of PyTorch before 0.4: a tar archive (`ustar` at 257)
 /// whose first member is one of torch's.
@@ -138,22 +135,4 @@ fn place_storages(
         storages.insert(key.clone(), Span { start, len });
     }
     Ok(storages)
-}
-
-/// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.
-fn load_at(file: &File, len: u64, at: u64, path: &Path, part: &str) -> Result<Pickle, FormatError> {
-    let available = len.saturating_sub(at).min(MAX_PICKLE);
-    let mut want = FIRST_READ.min(available);
-    loop {
-        let mut buf = vec![0; want as usize];
-        file.read_exact_at(&mut buf, at)
-            .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
-        match pickle::load(&buf) {
-            Err(e) if e.cut_short() && want < available => {
-                want = want.saturating_mul(2).min(available);
-            }
-            Err(e) => return Err(pickle_error(path, part, e)),
-            Ok(p) => return Ok(p),
-        }
-    }
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use super::description::{Description, Format, Tensor};
 use super::error::FormatError;
-use container::{Container, MAX_PICKLE, Span, checkpoint};
+use container::{Container, Span, checkpoint, load_at};
 use torch::{Found, MAX_NOTES};
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
@@ -65,14 +65,8 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
 /// way); any other is simply not a checkpoint.
 fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
     let foreign = FormatError::Foreign(path.to_path_buf());
-    if len > MAX_PICKLE {
-        return foreign;
-    }
-    let mut bytes = vec![0u8; len as usize];
-    if file.read_exact_at(&mut bytes, 0).is_err() {
-        return foreign;
-    }
-    let Ok(p) = pickle::load(&bytes) else {
+    // Read as far as the pickle goes (no further than a pickle may be), as the legacy reader does.
+    let Ok(p) = load_at(file, len, 0, path, "the pickle") else {
         return foreign;
     };
     let mut dangerous = Vec::new();
