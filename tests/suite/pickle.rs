@@ -135,9 +135,16 @@ fn shape_text(shape: &Value) -> String {
     format!("[{}]", dims.join(","))
 }
 
-/// The error a mirrored file carries, from either namespace.
+/// The error a mirrored checkpoint carries (`user.tensormount.error`).
 fn error_of(path: &Path) -> Option<String> {
-    getxattr(path, "user.tensormount.error").or_else(|| getxattr(path, "user.safetensors.error"))
+    // A checkpoint's error is tensormount's own attribute, never safetensors'.
+    assert_eq!(
+        getxattr(path, "user.safetensors.error"),
+        None,
+        "{}",
+        path.display()
+    );
+    getxattr(path, "user.tensormount.error")
 }
 
 /// Whether `text` names `global` (`module.name`) as a whole: not as the tail of a longer dotted

@@ -675,3 +675,55 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
     );
     assert_eq!(e.to_string(), "index has no `weight_map` object");
 }
+
+/// A set of PyTorch checkpoints (a shard written by `torch.save`, from the reader's fixtures)
+/// gets the index of its safetensors conversions while the set holds: kept through a change
+/// elsewhere, gone with its shard.
+#[test]
+fn a_converted_index_follows_its_set_of_checkpoints() {
+    let d = Dir::new("namespace");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/format/pytorch/testdata");
+    // The state dict's keys, as torch.load gave them when the fixture was made.
+    let oracle: serde_json::Value =
+        serde_json::from_slice(&fs::read(fixtures.join("views_zip.json")).unwrap()).unwrap();
+    let keys: Vec<&str> = oracle["state_dict"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let shard = "pytorch_model-00001-of-00001.bin";
+    publish(
+        &d.join(shard),
+        &fs::read(fixtures.join("views_zip.pt")).unwrap(),
+    );
+    let map: Vec<(&str, &str)> = keys.iter().map(|k| (*k, shard)).collect();
+    publish(&d.join("pytorch_model.bin.index.json"), &index(&map));
+    let mut m = Mount::new(d.path(), SETTLE);
+    let converted = "model.safetensors.index.json";
+    let json: serde_json::Value = serde_json::from_slice(&bytes(&m.snap, converted)).unwrap();
+    let weight_map = json["weight_map"].as_object().unwrap();
+    let mut listed: Vec<&str> = weight_map.keys().map(String::as_str).collect();
+    listed.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    assert!(
+        weight_map
+            .values()
+            .all(|s| s == "model-00001-of-00001.safetensors"),
+        "{weight_map:?}"
+    );
+    assert!(at(&m.snap, "model-00001-of-00001.safetensors").is_some());
+    assert!(at(&m.snap, "pytorch_model.tensors").is_some());
+
+    let ino = at(&m.snap, converted);
+    publish(&d.join("README.md"), b"unrelated");
+    m.rescan();
+    assert_eq!(at(&m.snap, converted), ino);
+
+    fs::remove_file(d.join(shard)).unwrap();
+    m.rescan();
+    assert_eq!(at(&m.snap, converted), None);
+    assert_eq!(at(&m.snap, "pytorch_model.tensors"), None);
+}
