@@ -12,9 +12,23 @@ use crate::refresh::{self, Mode};
 use crate::widen::Target;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
+///
+/// `tensormount SOURCE MOUNTPOINT` mounts; `tensormount verify` and `tensormount diff` check and
+/// compare models without mounting. A SOURCE named like a command is given as `./verify`.
 #[derive(Debug, Parser)]
-#[command(name = "tensormount", version)]
+#[command(
+    name = "tensormount",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true,
+    subcommand_value_name = "COMMAND",
+    subcommand_help_heading = "Commands"
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as
     /// `mount.tensormount`, `-f` is mount(8)'s "fake": exit 0 without mounting.
     #[arg(short = 'f', long)]
@@ -61,12 +75,68 @@ pub struct Args {
     #[arg(long, requires = "list")]
     pub json: bool,
 
-    /// A .safetensors file or a model directory.
-    pub source: PathBuf,
+    /// A .safetensors file, a PyTorch checkpoint or a model directory.
+    #[arg(required = true)]
+    pub source: Option<PathBuf>,
 
     /// An existing directory to mount on (not needed with --list).
     #[arg(required_unless_present = "list")]
     pub mountpoint: Option<PathBuf>,
+}
+
+/// The commands beside the mount.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check every weight file of SOURCE against the SHA-256 its source records.
+    ///
+    /// The digests come from a Hugging Face cache's blob names, a download's
+    /// `.cache/huggingface/download/NAME.metadata`, `SHA256SUMS` or `NAME.sha256` files, or a
+    /// manifest. Exit status: 0 when nothing mismatches, 1 when something does, 2 on a usage or
+    /// read error.
+    Verify(VerifyArgs),
+    /// Compare the tensors of two checkpoints or model directories.
+    ///
+    /// A and B may be of any format the mount shows (a pickle checkpoint against its safetensors
+    /// conversion); sharded sets are merged as the mount merges them. Exit status: 0 when A and B
+    /// hold the same tensors, 1 when they do not, 2 on an error.
+    Diff(DiffArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Print one JSON object instead of one line per file.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write the SHA-256 of every file and of every tensor's bytes to FILE (JSON).
+    #[arg(long, value_name = "FILE")]
+    pub write_manifest: Option<PathBuf>,
+
+    /// Check files and tensors against a manifest written by --write-manifest, naming each
+    /// damaged tensor.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+
+    /// A weight file or a model directory.
+    pub source: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// For floating-point tensors whose bytes differ: how many elements differ, and the largest
+    /// absolute difference.
+    #[arg(long)]
+    pub values: bool,
+
+    /// A weight file or a model directory.
+    pub a: PathBuf,
+
+    /// A weight file or a model directory.
+    pub b: PathBuf,
 }
 
 impl Args {

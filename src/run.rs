@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::FromArgMatches;
 
-use crate::cli::{self, Args, MountOptions};
+use crate::cli::{self, Args, Command, MountOptions};
 use crate::clock::Clock;
 use crate::daemon::{self, Serve};
 use crate::fs::{Live, TensorFs};
@@ -16,7 +16,7 @@ use crate::namespace::{Namespace, Options, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
 use crate::tuning::Tuning;
-use crate::{listing, logging, sys, unmount};
+use crate::{diff, listing, logging, sys, unmount, verify};
 
 /// `tensormount`'s `main`: exit 0 once mounted (or listed), 1 with a message on stderr otherwise.
 pub fn main() -> ExitCode {
@@ -34,6 +34,11 @@ pub fn main() -> ExitCode {
     let helper = std::env::args_os()
         .next()
         .is_some_and(|a| cli::invoked_as_helper(&a));
+    match args.command {
+        Some(Command::Verify(v)) => return verify::main(v),
+        Some(Command::Diff(d)) => return diff::main(d),
+        None => {}
+    }
     match logging::init(args.log_file.as_deref()).and_then(|()| run(args, helper)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -47,6 +52,9 @@ pub fn main() -> ExitCode {
 /// options, mount nothing) and the daemon always goes to the background.
 fn run(args: Args, helper: bool) -> Result<(), String> {
     args.check()?;
+    let Some(source) = args.source.clone() else {
+        return Err("no SOURCE given".into());
+    };
     let opts = MountOptions::parse(&args.options)?;
     if helper && args.foreground {
         return Ok(());
@@ -62,7 +70,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     // Every source may hold a descriptor: as many as the hard limit allows.
     let sources = Sources::new(Clock::system(), sys::raise_descriptor_limit());
     if args.list {
-        let (_, tree) = Writer::build(&sources, &args.source, &build).map_err(|e| e.to_string())?;
+        let (_, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
         let rows = tree.list();
         let out = if args.json {
             listing::json(&rows)
@@ -76,8 +84,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     let Some(mountpoint) = args.mountpoint else {
         return Err("no MOUNTPOINT given".into());
     };
-    let source = std::fs::canonicalize(&args.source)
-        .map_err(|e| format!("{}: {e}", args.source.display()))?;
+    let source =
+        std::fs::canonicalize(&source).map_err(|e| format!("{}: {e}", source.display()))?;
     let mnt = daemon::check_mountpoint(&mountpoint)?;
     let live = opts.refresh.mode != Mode::Off;
     let inotify = refresh::inotify_for(&opts.refresh);

@@ -103,6 +103,33 @@ pub fn will_need(file: &File, start: u64, len: u64) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), start, len, libc::POSIX_FADV_WILLNEED) };
 }
 
+/// Tells the kernel `file` is read front to back (`POSIX_FADV_SEQUENTIAL`: a larger read-ahead);
+/// a hint, whose failure changes nothing.
+pub fn sequential(file: &File) {
+    // SAFETY: posix_fadvise only reads its arguments; the descriptor is open.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+}
+
+/// Puts the calling thread last for the CPU (nice 19) and for storage (the idle I/O class), so
+/// that whatever else the process does comes first; a hint, whose failure changes nothing.
+pub fn lowest_priority() {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_int = 3;
+    const IOPRIO_CLASS_SHIFT: libc::c_int = 13;
+    // SAFETY: gettid takes no argument; setpriority and ioprio_set only read theirs, and with
+    // `who` 0 / a thread id they change this thread only (Linux keeps both per thread).
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        );
+    }
+}
+
 /// The type of the filesystem `file` is on (`statfs.f_type`), if `fstatfs` answers.
 pub fn filesystem_type(file: &File) -> Option<i64> {
     let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();

@@ -49,8 +49,9 @@ pub use node::{
     Attr, Content, Dir, FileError, Ino, Kind, Node, Origin, ROOT, presented, presented_name,
 };
 pub use options::{DEFAULT_SETTLE, Layout, Options};
-pub use reading::NotReadable;
+pub use reading::{NotReadable, ReadAllError, tensor_bytes};
 pub use sets::SetError;
+pub use single::format_of as single_file_format;
 pub use snapshot::{Listed, Snapshot, SnapshotReadError};
 pub use writer::Writer;
 pub use xattrs::PREFIX as XATTR_PREFIX;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::node::{Content, Node, presented};
 use crate::format::Tensor;
 use crate::npy;
-use crate::source::{Body, Reading, Source, Stored};
+use crate::source::{Body, ReadError, Reading, Source, Stored, Wait};
 use crate::widen::Widening;
 
 /// Why a file of the tree has nothing to read.
@@ -103,6 +103,85 @@ impl Node {
             Content::Link(_) => return Err(NotReadable::Nothing),
         })
     }
+}
+
+/// How much of a file [`Node::read_all`] and [`tensor_bytes`] read at a time.
+const CHUNK: u32 = 4 << 20;
+
+impl Node {
+    /// All the bytes of this file, in order, [`CHUNK`] at a time, each copied into a buffer the
+    /// caller may read (to hash or compare them: see [`Wait::Copied`]); `each` returns false to stop
+    /// early. Waits on storage: never on a FUSE thread.
+    pub fn read_all(&self, mut each: impl FnMut(&[u8]) -> bool) -> Result<(), ReadAllError> {
+        let mut offset = 0;
+        while offset < self.attr.size {
+            let reading = self
+                .read(offset, CHUNK)
+                .map_err(ReadAllError::NotReadable)?;
+            if !send_copied(&reading, &mut offset, &mut each)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stored bytes of `tensor` of `source` (as its tensor file serves them without `-o dtype=`),
+/// as [`Node::read_all`] gives a file's.
+pub fn tensor_bytes(
+    source: &Arc<Source>,
+    tensor: &Arc<Tensor>,
+    mut each: impl FnMut(&[u8]) -> bool,
+) -> Result<(), ReadError> {
+    let mut offset = 0;
+    while offset < tensor.size() {
+        let reading = tensor_span(
+            source,
+            tensor,
+            None,
+            offset,
+            u64::from(CHUNK),
+            Cow::Borrowed(&[]),
+        );
+        match send_copied(&reading, &mut offset, &mut each) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(ReadAllError::Source(e)) => return Err(e),
+            Err(ReadAllError::NotReadable(_)) => return Err(ReadError::Io),
+        }
+    }
+    Ok(())
+}
+
+/// Sends `reading` copied to `each`, moving `offset` past its bytes; false when `each` says stop.
+fn send_copied(
+    reading: &Reading<'_>,
+    offset: &mut u64,
+    each: &mut impl FnMut(&[u8]) -> bool,
+) -> Result<bool, ReadAllError> {
+    let mut go_on = true;
+    let mut sent = 0;
+    match reading.send(Wait::Copied, |b| {
+        sent = b.len() as u64;
+        go_on = each(b);
+    }) {
+        Some(Ok(())) if sent > 0 => {
+            *offset += sent;
+            Ok(go_on)
+        }
+        // Nothing sent before the end: the file is shorter than its size says.
+        Some(Ok(())) => Err(ReadAllError::Source(ReadError::Io)),
+        Some(Err(e)) => Err(ReadAllError::Source(e)),
+        // Only a read that may not wait gives up.
+        None => Err(ReadAllError::Source(ReadError::Io)),
+    }
+}
+
+/// Why [`Node::read_all`] could not read a file through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAllError {
+    NotReadable(NotReadable),
+    Source(ReadError),
 }
 
 /// A read of the presented bytes of `tensor`, after `head`.

@@ -20,6 +20,7 @@ use memmap2::Mmap;
 
 use super::error::{DescribeError, PlanError, ReadError, SourceError};
 use super::opened::{Opened, Slot};
+use super::recorded::{self, Recorded};
 use super::sources::Sources;
 use super::version::Version;
 use crate::format::{self, Converted, Description, Format};
@@ -90,6 +91,8 @@ pub struct Source {
     plan: OnceLock<Result<Arc<Plan>, Arc<PlanError>>>,
     /// For a valid checkpoint of another format, on first use: what it converts to.
     converted: OnceLock<Option<Conversion>>,
+    /// For a weight file, on first use: the SHA-256 its source records (see [`recorded`]).
+    recorded: OnceLock<Option<Arc<Recorded>>>,
 }
 
 impl Source {
@@ -114,6 +117,7 @@ impl Source {
             digest: OnceLock::new(),
             plan: OnceLock::new(),
             converted: OnceLock::new(),
+            recorded: OnceLock::new(),
         })
     }
 
@@ -124,6 +128,19 @@ impl Source {
         if let Some(o) = self.slot.current() {
             self.lease(&o);
         }
+    }
+
+    /// The SHA-256 that SOURCE records for this file (a cache's blob name, a download's metadata,
+    /// a checksum file), looked up on first use: a few small reads beside it, never its bytes.
+    pub fn recorded(&self) -> Option<&Arc<Recorded>> {
+        self.recorded
+            .get_or_init(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
+            .as_ref()
+    }
+
+    /// Whether [`Source::recorded`] has been looked up (it then costs nothing).
+    pub fn recorded_known(&self) -> bool {
+        self.recorded.get().is_some()
     }
 
     pub fn len(&self) -> u64 {

@@ -10,6 +10,7 @@
 //! - [`gather`]: where bytes that are not one stretch of their source lie;
 //! - [`read`]: the one read path, waiting on storage or not;
 //! - [`version`]: which file, and which version of it;
+//! - [`recorded`]: the SHA-256 the source records for a weight file, found without reading it;
 //! - [`error`]: this layer's errors.
 
 mod error;
@@ -18,6 +19,7 @@ mod gather;
 mod lease;
 mod opened;
 mod read;
+mod recorded;
 mod registry;
 mod sources;
 mod version;
@@ -28,6 +30,7 @@ pub use gather::Stored;
 pub use lease::SIGNAL as LEASE_SIGNAL;
 pub use opened::Opened;
 pub use read::{Body, Reading, Wait};
+pub use recorded::{How, Recorded};
 pub use registry::Registry;
 pub use sources::Sources;
 pub use version::{FileId, Version};

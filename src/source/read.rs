@@ -52,6 +52,9 @@ pub enum Wait {
     No,
     /// Whatever it takes: opening the source again, reading storage (a read-pool thread).
     Yes,
+    /// As [`Wait::Yes`], always into a buffer the daemon may read itself (to hash or compare the
+    /// bytes), never as a slice of the mapping.
+    Copied,
 }
 
 /// What one read sends: `head`, then the bytes of `body` if any.
@@ -114,7 +117,7 @@ impl Reading<'_> {
                 slot = source.local_slot()?;
                 slot.as_ref()?
             }
-            Wait::Yes => {
+            Wait::Yes | Wait::Copied => {
                 opened_now = match source.opened() {
                     Ok(o) => o,
                     Err(e) => return Some(Err(e)),
@@ -152,10 +155,10 @@ impl Read<'_> {
         send: impl FnOnce(&[u8]),
     ) -> Option<Result<(), ReadError>> {
         let (source, opened) = (self.source, self.opened);
-        if head.is_empty() && len >= COPY_BELOW {
+        if head.is_empty() && len >= COPY_BELOW && self.wait != Wait::Copied {
             let map = match self.wait {
                 Wait::No => opened.mapped(),
-                Wait::Yes => source.mapping(opened),
+                Wait::Yes | Wait::Copied => source.mapping(opened),
             };
             match map {
                 Some(map) => {
@@ -178,7 +181,7 @@ impl Read<'_> {
         }
         // On a network or FUSE filesystem every byte read ahead is fetched from far away (and a
         // direct_io backend has no page cache to fill): only what was asked is read there.
-        if self.wait == Wait::Yes && head.is_empty() && !source.remote {
+        if self.wait != Wait::No && head.is_empty() && !source.remote {
             let from = at / READ_AROUND * READ_AROUND;
             let to = at.saturating_add(len).div_ceil(READ_AROUND) * READ_AROUND;
             sys::will_need(opened.file(), from, to - from);
@@ -289,7 +292,7 @@ impl Read<'_> {
         let read = match self.wait {
             Wait::No if !sys::read_cached(opened.file(), buf, at) => return None,
             Wait::No => Ok(()),
-            Wait::Yes => opened.file().read_exact_at(buf, at),
+            Wait::Yes | Wait::Copied => opened.file().read_exact_at(buf, at),
         };
         let checked = source.check(opened, at, buf.len() as u64);
         Some(checked.and_then(|()| read.map_err(|e| source.read_failed(&e))))
