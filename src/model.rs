@@ -1,19 +1,24 @@
 //! A SOURCE as the commands that read all of it (`verify`, `diff`) see it: the tree a mount would
 //! show, its weight files, and every file of the tree with its path.
 
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::format::Format;
-use crate::namespace::{Content, Ino, Node, Options, ROOT, Snapshot, Writer, single_file_format};
+use crate::namespace::{
+    Content, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, single_file_format,
+};
 use crate::source::{Registry, Source, Sources};
 use crate::sys;
 
 /// A SOURCE read as a mount reads it, with the default options.
 pub struct Model {
+    /// SOURCE, as given.
+    root: PathBuf,
     /// The tree, or why a single-file SOURCE has none (it is not a valid file of its format).
     tree: Result<Snapshot, String>,
     /// For a single-file SOURCE: its name and the file.
@@ -56,6 +61,7 @@ impl Model {
             tree.as_ref().map_err(Clone::clone)?;
         }
         Ok(Model {
+            root: path.to_path_buf(),
             tree,
             single,
             _sources: sources,
@@ -73,30 +79,90 @@ impl Model {
     }
 
     /// The weight files: SOURCE itself if it is a file, else each mirrored file whose name says
-    /// a weight format, in path order.
-    pub fn weight_files(&self) -> Vec<WeightFile> {
+    /// a weight format, and each link kept as a link (a Hugging Face snapshot's, to its blob)
+    /// whose name does, in path order; and those that could not be opened, with why.
+    pub fn weight_files(&self) -> (Vec<WeightFile>, Vec<(String, String)>) {
         if let Some((name, source)) = &self.single {
-            return vec![WeightFile {
+            let file = WeightFile {
                 path: name.clone(),
                 source: source.clone(),
                 format: single_file_format(source),
-            }];
+            };
+            return (vec![file], Vec::new());
         }
         let Ok(tree) = &self.tree else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
-        let mut out: Vec<WeightFile> = entries(tree)
-            .into_iter()
-            .filter_map(|(path, _, node)| match &node.content {
-                Content::Mirror { source, .. } => Some(WeightFile {
-                    format: Format::of(&node.name)?.0,
-                    path,
-                    source: source.clone(),
-                }),
+        let all = entries(tree);
+        let by_path: HashMap<&Path, &Arc<Source>> = all
+            .iter()
+            .filter_map(|(_, _, node)| match &node.content {
+                Content::Mirror { source, .. } => Some((source.path.as_path(), source)),
                 _ => None,
             })
             .collect();
-        out.sort_by(|a, b| a.path.cmp(&b.path));
+        let (mut files, mut unopened) = (Vec::new(), Vec::new());
+        for (path, ino, node) in &all {
+            let source = match &node.content {
+                Content::Mirror { source, .. } => source,
+                // A link kept as a link leads to a mirrored file of the tree.
+                Content::Link(_) => match fs::canonicalize(self.root.join(path)) {
+                    Ok(target) => match by_path.get(target.as_path()) {
+                        Some(source) => *source,
+                        None => continue,
+                    },
+                    Err(e) => {
+                        if Format::of(&node.name).is_some() {
+                            unopened.push((path.clone(), e.to_string()));
+                        }
+                        continue;
+                    }
+                },
+                Content::Dir(d) if matches!(d.origin, Origin::Real(_)) => {
+                    unopened.extend(self.left_out(tree, path, *ino));
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some((format, _)) = Format::of(&node.name) {
+                files.push(WeightFile {
+                    path: path.clone(),
+                    source: source.clone(),
+                    format,
+                });
+            }
+        }
+        unopened.extend(self.left_out(tree, "", ROOT));
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        unopened.sort();
+        (files, unopened)
+    }
+
+    /// The weight files of the directory of SOURCE at `path` that the tree left out because they
+    /// could not be opened, with why.
+    fn left_out(&self, tree: &Snapshot, path: &str, ino: Ino) -> Vec<(String, String)> {
+        let Ok(read) = fs::read_dir(self.root.join(path)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in read.flatten() {
+            let name = entry.file_name();
+            if Format::of(name.as_bytes()).is_none() || tree.lookup(ino, name.as_bytes()).is_some()
+            {
+                continue;
+            }
+            let at = entry.path();
+            if !fs::metadata(&at).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            if let Err(e) = fs::File::open(&at) {
+                let rel = match path {
+                    "" => name.to_string_lossy().into_owned(),
+                    _ => format!("{path}/{}", name.to_string_lossy()),
+                };
+                out.push((rel, format!("cannot open: {e}")));
+            }
+        }
         out
     }
 }

@@ -1,11 +1,477 @@
-//! `tensormount verify SOURCE`: every weight file checked against the SHA-256 its source records.
+//! `tensormount verify SOURCE`: every weight file of SOURCE hashed once (SHA-256, files in
+//! parallel on all cores, front to back) and checked against the digest its source records (see
+//! [`crate::source::Recorded`]) or a manifest; with `--write-manifest` / `--manifest`, every
+//! tensor's bytes too, so that a damaged tensor is named.
+//!
+//! Each file is `ok`, `mismatch`, `unknown` (nothing recorded: its digest is printed so that it
+//! can be), `error` (unreadable, or changed while being verified) or `missing` (in the manifest,
+//! not in SOURCE). Exit status: 2 on a usage or read error, else 1 if anything mismatches or is
+//! missing, else 0.
 
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
 
 use crate::cli::VerifyArgs;
+use crate::digest::{self, Hasher, Sha256, hex, parse_hex};
+use crate::model::{Model, WeightFile};
+use crate::namespace::tensor_bytes;
+use crate::source::{ReadError, Version};
+
+/// The version of the manifest format `--write-manifest` writes.
+const MANIFEST_VERSION: u64 = 1;
 
 pub fn main(args: VerifyArgs) -> ExitCode {
-    let _ = args;
-    eprintln!("tensormount: verify: not yet");
-    ExitCode::from(2)
+    match run(&args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("tensormount: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The digest a file should have, and where that is said.
+#[derive(Clone)]
+struct Expected {
+    sha256: Sha256,
+    how: &'static str,
+    at: String,
+}
+
+/// What a manifest says of one file.
+struct Listed {
+    sha256: Sha256,
+    tensors: BTreeMap<String, Sha256>,
+}
+
+/// What hashing one file gave.
+struct Hashed {
+    sha256: Sha256,
+    bytes: u64,
+    /// Its tensors' digests, when asked for, by name; `None` for a file that is not valid.
+    tensors: Option<BTreeMap<String, Sha256>>,
+}
+
+/// One line of the report.
+struct Row {
+    path: String,
+    status: &'static str,
+    expected: Option<Expected>,
+    actual: Option<Sha256>,
+    bytes: u64,
+    error: Option<String>,
+}
+
+/// One tensor checked against a manifest.
+struct TensorRow {
+    file: String,
+    name: String,
+    status: &'static str,
+    expected: Option<Sha256>,
+    actual: Option<Sha256>,
+}
+
+fn run(args: &VerifyArgs) -> Result<u8, String> {
+    let manifest = match &args.manifest {
+        Some(path) => Some(read_manifest(path)?),
+        None => None,
+    };
+    let model = Model::open(&args.source)?;
+    let (files, unopened) = model.weight_files();
+    let want_tensors = args.manifest.is_some() || args.write_manifest.is_some();
+    let started = Instant::now();
+    let results = hash_all(&files, want_tensors);
+    let seconds = started.elapsed().as_secs_f64();
+
+    let mut rows = Vec::new();
+    let mut tensor_rows = Vec::new();
+    let mut written = BTreeMap::new();
+    for (file, result) in files.iter().zip(results) {
+        let listed = manifest.as_ref().and_then(|(_, m)| m.get(&file.path));
+        let expected = match (listed, &args.manifest) {
+            (Some(l), Some(at)) => Some(Expected {
+                sha256: l.sha256,
+                how: "manifest",
+                at: at.display().to_string(),
+            }),
+            _ => file.source.recorded().map(|r| Expected {
+                sha256: r.sha256,
+                how: r.how.name(),
+                at: r.at.display().to_string(),
+            }),
+        };
+        let hashed = match result {
+            Ok(h) => h,
+            Err(error) => {
+                rows.push(Row {
+                    path: file.path.clone(),
+                    status: "error",
+                    expected,
+                    actual: None,
+                    bytes: file.source.len(),
+                    error: Some(error),
+                });
+                continue;
+            }
+        };
+        let status = match &expected {
+            None => "unknown",
+            Some(e) if e.sha256 == hashed.sha256 => "ok",
+            Some(_) => "mismatch",
+        };
+        if let Some(l) = listed {
+            tensor_rows.extend(check_tensors(
+                &file.path,
+                &l.tensors,
+                hashed.tensors.as_ref(),
+            ));
+        }
+        written.insert(
+            file.path.clone(),
+            json!({
+                "sha256": hex(&hashed.sha256),
+                "bytes": hashed.bytes,
+                "tensors": hashed.tensors.iter().flatten()
+                    .map(|(n, d)| (n.clone(), Value::String(hex(d))))
+                    .collect::<serde_json::Map<_, _>>(),
+            }),
+        );
+        rows.push(Row {
+            path: file.path.clone(),
+            status,
+            expected,
+            actual: Some(hashed.sha256),
+            bytes: hashed.bytes,
+            error: None,
+        });
+    }
+    for (path, why) in unopened {
+        rows.push(Row {
+            path,
+            status: "error",
+            expected: None,
+            actual: None,
+            bytes: 0,
+            error: Some(why),
+        });
+    }
+    if let Some((at, m)) = &manifest {
+        for (path, listed) in m {
+            if files.iter().any(|f| &f.path == path) {
+                continue;
+            }
+            rows.push(Row {
+                path: path.clone(),
+                status: "missing",
+                expected: Some(Expected {
+                    sha256: listed.sha256,
+                    how: "manifest",
+                    at: at.display().to_string(),
+                }),
+                actual: None,
+                bytes: 0,
+                error: None,
+            });
+        }
+    }
+    rows.sort_by(|a, b| a.path.cmp(&b.path));
+
+    if let Some(path) = &args.write_manifest {
+        let doc = json!({"tensormount_manifest": MANIFEST_VERSION, "files": written});
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let bytes: u64 = rows
+        .iter()
+        .filter(|r| r.actual.is_some())
+        .map(|r| r.bytes)
+        .sum();
+    let out = if args.json {
+        json_report(&rows, &tensor_rows, bytes, seconds)
+    } else {
+        text_report(&rows, &tensor_rows)
+    };
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| format!("stdout: {e}"))?;
+    eprintln!(
+        "tensormount: verify: {}",
+        summary(&rows, &tensor_rows, bytes, seconds)
+    );
+
+    let bad_tensor = tensor_rows.iter().any(|t| t.status != "ok");
+    Ok(if rows.iter().any(|r| r.status == "error") {
+        2
+    } else if bad_tensor
+        || rows
+            .iter()
+            .any(|r| matches!(r.status, "mismatch" | "missing"))
+    {
+        1
+    } else {
+        0
+    })
+}
+
+/// Hashes every file, several at a time (one per core), the largest first; with a progress bar
+/// on a terminal.
+fn hash_all(files: &[WeightFile], tensors: bool) -> Vec<Result<Hashed, String>> {
+    let total: u64 = files.iter().map(|f| f.source.len()).sum();
+    let bar = progress_bar(total);
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(files[i].source.len()));
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<Result<Hashed, String>>>> =
+        files.iter().map(|_| Mutex::new(None)).collect();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let r = hash_file(&files[i], tensors, &bar);
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| Err("not hashed".into()))
+        })
+        .collect()
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta} left",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// One file's digest, and (if asked) its tensors': those stored as one stretch on the same pass,
+/// the others (views of a pickle checkpoint) gathered after.
+fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result<Hashed, String> {
+    let source = &file.source;
+    let opened = source.opened().map_err(|e| match e {
+        ReadError::Changed => "changed while being verified (before it was read)".to_string(),
+        ReadError::Io => "cannot open".to_string(),
+    })?;
+    let described = match want_tensors {
+        true => source.describe(file.format).as_ref().ok().cloned(),
+        false => None,
+    };
+    let tensors = described.as_ref().map_or(&[][..], |d| &d.tensors[..]);
+    let data_start = described.as_ref().map_or(0, |d| d.data_start);
+    let contiguous: Vec<usize> = (0..tensors.len())
+        .filter(|&i| tensors[i].strides.is_none())
+        .collect();
+    let spans: Vec<(u64, u64)> = contiguous
+        .iter()
+        .map(|&i| (data_start + tensors[i].begin, tensors[i].size()))
+        .collect();
+    let changed = || {
+        let meta = opened.file().metadata();
+        meta.map_or(true, |m| Version::of(&m) != source.version) || source.moved()
+    };
+    let hashed = digest::file(opened.file(), source.len(), &spans, &mut |n| bar.inc(n));
+    if changed() {
+        return Err("changed while being verified".into());
+    }
+    let (sha256, digests) = hashed.map_err(|e| format!("cannot read: {e}"))?;
+    let tensors = match &described {
+        None => None,
+        Some(d) => {
+            let mut out: BTreeMap<String, Sha256> = contiguous
+                .iter()
+                .zip(digests)
+                .map(|(&i, digest)| (d.tensors[i].name.to_string(), digest))
+                .collect();
+            for t in d.tensors.iter().filter(|t| t.strides.is_some()) {
+                let mut h = Hasher::default();
+                tensor_bytes(source, t, |b| {
+                    h.update(b);
+                    true
+                })
+                .map_err(|e| match e {
+                    ReadError::Changed => "changed while being verified".to_string(),
+                    ReadError::Io => format!("tensor {}: cannot read", t.name),
+                })?;
+                out.insert(t.name.to_string(), h.finish());
+            }
+            Some(out)
+        }
+    };
+    Ok(Hashed {
+        sha256,
+        bytes: source.len(),
+        tensors,
+    })
+}
+
+/// The tensors of one file against what the manifest lists for it.
+fn check_tensors(
+    file: &str,
+    listed: &BTreeMap<String, Sha256>,
+    found: Option<&BTreeMap<String, Sha256>>,
+) -> Vec<TensorRow> {
+    let empty = BTreeMap::new();
+    let found = found.unwrap_or(&empty);
+    let mut names: Vec<&String> = listed.keys().chain(found.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let (expected, actual) = (listed.get(name).copied(), found.get(name).copied());
+            TensorRow {
+                file: file.to_string(),
+                name: name.clone(),
+                status: match (expected, actual) {
+                    (Some(e), Some(a)) if e == a => "ok",
+                    (Some(_), Some(_)) => "mismatch",
+                    (Some(_), None) => "missing",
+                    _ => "extra",
+                },
+                expected,
+                actual,
+            }
+        })
+        .collect()
+}
+
+/// A manifest written by `--write-manifest`: each file's digest and its tensors', by path.
+fn read_manifest(path: &Path) -> Result<(&Path, BTreeMap<String, Listed>), String> {
+    let bad = |what: &str| format!("{}: not a tensormount manifest: {what}", path.display());
+    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let doc: Value = serde_json::from_slice(&text).map_err(|e| bad(&e.to_string()))?;
+    if doc.get("tensormount_manifest").and_then(Value::as_u64) != Some(MANIFEST_VERSION) {
+        return Err(bad("no \"tensormount_manifest\": 1"));
+    }
+    let files = doc
+        .get("files")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad("no \"files\" object"))?;
+    let digest = |v: Option<&Value>, what: &str| {
+        v.and_then(Value::as_str)
+            .and_then(parse_hex)
+            .ok_or_else(|| bad(&format!("{what}: no 64-hex-digit SHA-256")))
+    };
+    let mut out = BTreeMap::new();
+    for (file, entry) in files {
+        let sha256 = digest(entry.get("sha256"), file)?;
+        let mut tensors = BTreeMap::new();
+        if let Some(listed) = entry.get("tensors").and_then(Value::as_object) {
+            for (name, d) in listed {
+                tensors.insert(name.clone(), digest(Some(d), &format!("{file}: {name}"))?);
+            }
+        }
+        out.insert(file.clone(), Listed { sha256, tensors });
+    }
+    Ok((path, out))
+}
+
+fn text_report(rows: &[Row], tensors: &[TensorRow]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let detail = match (r.status, &r.expected, &r.actual) {
+            ("ok", Some(e), _) => format!("sha256 {} ({})", hex(&e.sha256), e.how),
+            ("mismatch", Some(e), Some(a)) => format!(
+                "expected {} ({}: {}), read {}",
+                hex(&e.sha256),
+                e.how,
+                e.at,
+                hex(a)
+            ),
+            ("unknown", _, Some(a)) => format!("sha256 {}", hex(a)),
+            ("missing", _, _) => "(in the manifest, not in SOURCE)".into(),
+            _ => r.error.clone().unwrap_or_default(),
+        };
+        out.push_str(&format!("{:<8}  {}  {detail}\n", r.status, r.path));
+    }
+    for t in tensors.iter().filter(|t| t.status != "ok") {
+        out.push_str(&format!("{:<8}  {}  tensor {}\n", t.status, t.file, t.name));
+    }
+    out
+}
+
+fn json_report(rows: &[Row], tensors: &[TensorRow], bytes: u64, seconds: f64) -> String {
+    let files: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let mut o = json!({
+                "path": r.path,
+                "status": r.status,
+                "expected": r.expected.as_ref().map(|e| hex(&e.sha256)),
+                "actual": r.actual.as_ref().map(hex),
+                "bytes": r.bytes,
+                "recorded_as": r.expected.as_ref().map(|e| e.how),
+                "recorded_in": r.expected.as_ref().map(|e| e.at.clone()),
+            });
+            if let Some(e) = &r.error {
+                o["error"] = Value::String(e.clone());
+            }
+            o
+        })
+        .collect();
+    let tensors: Vec<Value> = tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "file": t.file,
+                "name": t.name,
+                "status": t.status,
+                "expected": t.expected.as_ref().map(hex),
+                "actual": t.actual.as_ref().map(hex),
+            })
+        })
+        .collect();
+    let doc = json!({"files": files, "tensors": tensors, "bytes": bytes, "seconds": seconds});
+    format!("{doc}\n")
+}
+
+fn summary(rows: &[Row], tensors: &[TensorRow], bytes: u64, seconds: f64) -> String {
+    let count = |s: &str| rows.iter().filter(|r| r.status == s).count();
+    let mut text = format!(
+        "{} files: {} ok, {} mismatch, {} unknown, {} error",
+        rows.len(),
+        count("ok"),
+        count("mismatch"),
+        count("unknown"),
+        count("error")
+    );
+    if count("missing") > 0 {
+        text.push_str(&format!(", {} missing", count("missing")));
+    }
+    if !tensors.is_empty() {
+        let bad = tensors.iter().filter(|t| t.status != "ok").count();
+        text.push_str(&format!("; {} tensors, {bad} not ok", tensors.len()));
+    }
+    let rate = bytes as f64 / seconds.max(1e-9) / 1e9;
+    text.push_str(&format!(
+        "; {bytes} bytes in {seconds:.2} s ({rate:.2} GB/s)"
+    ));
+    text
 }
