@@ -187,6 +187,12 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          files",
     ),
     (
+        "verify",
+        "hash in the background, one file at a time and last in line, every weight file whose \
+         SHA-256 SOURCE records; user.tensormount.verified says ok or mismatch, and a mismatched \
+         file and its tensor files then fail reads with EIO",
+    ),
+    (
         "layout=flat|tree",
         "tensor files named after the whole name (flat, the default), or in directories split on \
          `.` and `/`",
@@ -303,6 +309,8 @@ pub struct MountOptions {
     pub layout: Layout,
     /// `pickle=`: whether PyTorch checkpoints are read.
     pub pickle: bool,
+    /// `verify`: weight files with a recorded digest are hashed in the background.
+    pub verify: bool,
     /// How the mount follows changes of SOURCE.
     pub refresh: refresh::Settings,
     /// How long a file seen changing in place must stay unchanged to be interpreted.
@@ -324,6 +332,7 @@ impl Default for MountOptions {
             widen: None,
             layout: Layout::Flat,
             pickle: true,
+            verify: false,
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
             source_idle: DEFAULT_SOURCE_IDLE,
@@ -377,6 +386,7 @@ impl MountOptions {
                 ("strict", None) => opts.strict = true,
                 ("noexec", None) => opts.noexec = true,
                 ("npy", None) => opts.npy = true,
+                ("verify", None) => opts.verify = true,
                 ("dtype", Some(v)) => match Target::parse(v) {
                     Some(t) => opts.widen = Some(t),
                     None => {

@@ -29,6 +29,7 @@ use log::{error, info, warn};
 
 use crate::cli::MountOptions;
 use crate::fuse::Fuse;
+use crate::integrity::Verifier;
 use crate::mounts::{MountEntry, top_mount, unmount};
 use crate::refresh::Follow;
 use crate::source::{LEASE_SIGNAL, Sources};
@@ -41,6 +42,8 @@ pub struct Serve {
     pub sources: Sources,
     pub source_idle: Duration,
     pub follow: Option<Follow>,
+    /// `-o verify`: the thread that hashes weight files in the background.
+    pub verifier: Option<Verifier>,
     /// `-o auto_unmount`: a watcher process unmounts once the daemon is gone.
     pub auto_unmount: bool,
 }
@@ -240,6 +243,7 @@ fn run(session: Session<Fuse>, mnt: &Path, serve: Serve) -> Result<(), Error> {
         sources,
         source_idle,
         follow,
+        verifier,
         ..
     } = serve;
     sources
@@ -256,6 +260,10 @@ fn run(session: Session<Fuse>, mnt: &Path, serve: Serve) -> Result<(), Error> {
         ),
         None => None,
     };
+    if let Some(v) = verifier {
+        v.start()
+            .map_err(|e| format!("cannot start the verify thread: {e}"))?;
+    }
     let target = mnt.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())

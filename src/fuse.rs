@@ -94,6 +94,18 @@ fn reply_xattr(reply: ReplyXattr, size: u32, value: Result<Vec<u8>, FsError>) {
     }
 }
 
+/// A GETXATTR's reply, with the size the kernel's buffer has.
+struct XattrReply {
+    reply: ReplyXattr,
+    size: u32,
+}
+
+impl fs::ReplyValue for XattrReply {
+    fn value(self, value: Result<Vec<u8>, FsError>) {
+        reply_xattr(self.reply, self.size, value);
+    }
+}
+
 impl fs::ReplyData for ReplyData {
     fn data(self, bytes: &[u8]) {
         ReplyData::data(self, bytes)
@@ -280,7 +292,8 @@ impl Filesystem for Fuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, size, self.0.getxattr(ino.0, name.as_bytes()));
+        let reply = XattrReply { reply, size };
+        self.0.getxattr(ino.0, name.as_bytes(), size == 0, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {

@@ -36,6 +36,9 @@ pub enum Notice {
     Diff(Diff),
     /// A reply named an inode that had just left the tree: its name must not stay cached.
     Stale(Removed),
+    /// Files whose bytes are refused from now on (`-o verify` found them wrong): the kernel must
+    /// not serve them from its cache.
+    Dropped(Vec<Ino>),
 }
 
 /// The way to the invalidator thread (cheap to clone), made before it starts.
@@ -88,6 +91,11 @@ impl Invalidator {
                             ns.set_applied(diff.generation);
                         }
                         Notice::Stale(r) => delete(&notifier, &r, &disarmed),
+                        Notice::Dropped(inos) => {
+                            for ino in inos.into_iter().filter(|&i| ns.held(i)) {
+                                check(notifier.inval_inode(INodeNo(ino), 0, 0), &disarmed);
+                            }
+                        }
                     }
                 }
             })?;

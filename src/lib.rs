@@ -34,6 +34,7 @@ mod fs;
 mod fuse;
 pub mod index;
 mod inotify;
+mod integrity;
 mod invalidate;
 mod listing;
 mod logging;

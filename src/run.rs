@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::daemon::{self, Serve};
 use crate::fs::{Live, TensorFs};
 use crate::fuse::Fuse;
+use crate::integrity::Verifier;
 use crate::namespace::{Namespace, Options, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
@@ -34,10 +35,15 @@ pub fn main() -> ExitCode {
     let helper = std::env::args_os()
         .next()
         .is_some_and(|a| cli::invoked_as_helper(&a));
-    match args.command {
-        Some(Command::Verify(v)) => return verify::main(v),
-        Some(Command::Diff(d)) => return diff::main(d),
-        None => {}
+    if let Some(command) = args.command {
+        // Warnings (a file that cannot be interpreted, or opened) go to stderr.
+        if let Err(e) = logging::init(None) {
+            eprintln!("tensormount: {e}");
+        }
+        return match command {
+            Command::Verify(v) => verify::main(v),
+            Command::Diff(d) => diff::main(d),
+        };
     }
     match logging::init(args.log_file.as_deref()).and_then(|()| run(args, helper)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -97,23 +103,27 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     let tuning = Tuning::from_env();
     let config = daemon::fuse_config(&opts, fsname, tuning.threads);
     let ns = Arc::new(Namespace::new(tree, live));
-    let (follow, fs) = if live {
+    let (follow, fs, invalidate) = if live {
         let (follow, refresh, invalidate) =
             Follow::new(writer, ns.clone(), sources.clone(), (opts.refresh, inotify));
         let live = Live {
             refresh,
-            invalidate,
+            invalidate: invalidate.clone(),
         };
-        (Some(follow), TensorFs::new(ns, Some(live), tuning))
+        let fs = TensorFs::new(ns.clone(), Some(live), tuning);
+        (Some(follow), fs, Some(invalidate))
     } else {
         // Frozen: what the scans found is never needed again.
         drop(writer);
-        (None, TensorFs::new(ns, None, tuning))
+        (None, TensorFs::new(ns.clone(), None, tuning), None)
     };
+    let fs = fs.verifying(opts.verify);
+    let verifier = opts.verify.then_some(Verifier { ns, invalidate });
     let serve = Serve {
         sources,
         source_idle: opts.source_idle,
         follow,
+        verifier,
         auto_unmount: opts.auto_unmount,
     };
     if args.foreground && !helper {

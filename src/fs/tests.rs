@@ -85,6 +85,20 @@ fn read(fs: &TensorFs<u32>, ino: Ino, offset: u64, size: u32) -> (Result<Vec<u8>
     (answer, thread.as_deref() == Some("read"))
 }
 
+impl ReplyValue for mpsc::Sender<(Result<Vec<u8>, FsError>, Option<String>)> {
+    fn value(self, value: Result<Vec<u8>, FsError>) {
+        let thread = std::thread::current().name().map(String::from);
+        let _ = self.send((value, thread));
+    }
+}
+
+/// The value of an extended attribute, waited for.
+fn xattr(fs: &TensorFs<u32>, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
+    let (tx, rx) = mpsc::channel();
+    fs.getxattr(ino, name, false, tx);
+    rx.recv_timeout(Duration::from_secs(10)).unwrap().0
+}
+
 /// Opens read-only with a backing opener that must not be asked.
 fn open(fs: &TensorFs<u32>, ino: Ino) -> Result<Open<u32>, FsError> {
     fs.open(ino, libc::O_RDONLY, |_| panic!("passthrough asked for"))
@@ -408,12 +422,11 @@ fn extended_attributes_of_the_root_of_tensors_and_of_other_namespaces() {
         ]
     );
     assert_eq!(
-        fs.getxattr(ROOT, b"user.tensormount.refresh_mode").unwrap(),
+        xattr(&fs, ROOT, b"user.tensormount.refresh_mode").unwrap(),
         b"off"
     );
     assert_eq!(
-        fs.getxattr(ROOT, b"user.tensormount.refresh_generation")
-            .unwrap(),
+        xattr(&fs, ROOT, b"user.tensormount.refresh_generation").unwrap(),
         b"0"
     );
     let b = ino(&fs, "m.tensors/b");
@@ -421,25 +434,80 @@ fn extended_attributes_of_the_root_of_tensors_and_of_other_namespaces() {
     for key in ["dtype", "shape", "data_offsets", "offset", "source", "name"] {
         let name = format!("user.safetensors.{key}");
         assert!(names.contains(&name), "{name} in {names:?}");
-        assert!(fs.getxattr(b, name.as_bytes()).is_ok());
+        assert!(xattr(&fs, b, name.as_bytes()).is_ok());
     }
     assert_eq!(
-        fs.getxattr(b, b"user.safetensors.shape").unwrap(),
+        xattr(&fs, b, b"user.safetensors.shape").unwrap(),
         b"[50000]"
     );
     assert_eq!(
-        fs.getxattr(b, b"user.safetensors.no_such"),
+        xattr(&fs, b, b"user.safetensors.no_such"),
         Err(FsError::NoAttribute)
     );
     assert_eq!(
-        fs.getxattr(b, b"security.selinux"),
+        xattr(&fs, b, b"security.selinux"),
         Err(FsError::OtherNamespace)
     );
     assert_eq!(
-        fs.getxattr(b, b"user.tensormount.refresh_mode"),
+        xattr(&fs, b, b"user.tensormount.refresh_mode"),
         Err(FsError::NoAttribute),
         "the root's own attributes are the root's"
     );
     assert!(list(ino(&fs, "sub/f.txt")).is_empty());
     assert_eq!(fs.listxattr(1 << 40), Err(FsError::NotFound));
+}
+
+#[test]
+fn a_tensor_files_digest_is_computed_on_the_read_pool_and_its_length_known_at_once() {
+    let d = source();
+    let (fs, _, _) = mounted(&d, false);
+    let b = ino(&fs, "m.tensors/b");
+    assert!(
+        fs.listxattr(b)
+            .unwrap()
+            .split(|&c| c == 0)
+            .any(|n| n == b"user.safetensors.sha256")
+    );
+    // A size query: answered at once, without reading the tensor.
+    let (tx, rx) = mpsc::channel();
+    fs.getxattr(b, b"user.safetensors.sha256", true, tx);
+    let (value, thread) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(value.unwrap().len(), 64);
+    assert_eq!(
+        thread.as_deref(),
+        std::thread::current().name(),
+        "answered by the caller"
+    );
+    // The value: from the read pool, the tensor's bytes as `sha256sum` sees them.
+    let bytes = read(&fs, b, 0, 1 << 24).0.unwrap();
+    assert!(bytes.len() >= LONG);
+    let (tx, rx) = mpsc::channel();
+    fs.getxattr(b, b"user.safetensors.sha256", false, tx);
+    let (value, thread) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(thread.as_deref(), Some("read"));
+    assert_eq!(
+        String::from_utf8(value.unwrap()).unwrap(),
+        sha256sum(&bytes)
+    );
+    // Asked again: remembered.
+    assert_eq!(xattr(&fs, b, b"user.safetensors.sha256").unwrap().len(), 64);
+    // Not a tensor file: no digest of its own.
+    let f = ino(&fs, "sub/f.txt");
+    assert_eq!(
+        xattr(&fs, f, b"user.safetensors.sha256"),
+        Err(FsError::NoAttribute)
+    );
+}
+
+/// The digest of `bytes` as the command line's `sha256sum` gives it.
+fn sha256sum(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use log::debug;
 
 use super::node::{Content, Node, Xattrs, presented, presented_name};
+use crate::digest::{Sha256, hex};
 use crate::format::{Format, Tensor};
 use crate::index::converted_index_name;
-use crate::source::Source;
+use crate::source::{Source, worth_looking_up};
 use crate::widen::Widening;
 
 /// The kernel's limits on extended attributes (XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_LIST_MAX).
@@ -86,6 +87,10 @@ const TENSOR: &[(&str, Value)] = &[
 /// A mirrored file's attribute: why it is not interpreted as its name says.
 const ERROR: &str = "error";
 
+/// A mirrored weight file's attribute: the SHA-256 SOURCE records for it (see
+/// [`Source::recorded`]).
+const RECORDED: &str = "user.tensormount.sha256";
+
 /// A converted file's attribute: the checkpoint it was converted from.
 const CONVERTED_FROM: &str = "user.tensormount.converted_from";
 
@@ -123,7 +128,11 @@ impl Node {
         }
         match &self.content {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
-            Content::Mirror { error: Some(_), .. } => vec![error_name(&self.name)],
+            Content::Mirror { error, source } => {
+                let error = error.as_ref().map(|_| error_name(&self.name));
+                let recorded = recorded(&self.name, source).map(|_| RECORDED.to_string());
+                error.into_iter().chain(recorded).collect()
+            }
             Content::Converted { .. } => vec![CONVERTED_FROM.to_string()],
             _ => Vec::new(),
         }
@@ -142,12 +151,26 @@ impl Node {
             Content::Mirror { error: Some(e), .. } if name == error_name(&self.name) => {
                 Some(e.to_string().into_bytes())
             }
+            Content::Mirror { source, .. } if name == RECORDED => {
+                recorded(&self.name, source).map(|d| hex(d).into_bytes())
+            }
             Content::Converted { source, .. } if name == CONVERTED_FROM => {
                 Some(source.path.as_os_str().as_bytes().to_vec())
             }
             _ => None,
         }
     }
+}
+
+/// The digest SOURCE records for the mirrored file `name`, if it is one that may have one (a
+/// weight file or a cache blob): looked up on first use (for a source that may stall, only once
+/// looked up elsewhere).
+fn recorded<'a>(name: &[u8], source: &'a Source) -> Option<&'a Sha256> {
+    // On a filesystem that may stall, looked up on the read pool first (see `fs`), never here.
+    if !worth_looking_up(name, &source.path) || (source.remote && !source.recorded_known()) {
+        return None;
+    }
+    source.recorded().map(|r| &r.sha256)
 }
 
 /// The attribute that says why the mirrored file `file_name` is not interpreted as its name says:

@@ -20,7 +20,7 @@ use memmap2::Mmap;
 
 use super::error::{DescribeError, PlanError, ReadError, SourceError};
 use super::opened::{Opened, Slot};
-use super::recorded::{self, Recorded};
+use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
 use crate::format::{self, Converted, Description, Format};
@@ -93,6 +93,8 @@ pub struct Source {
     converted: OnceLock<Option<Conversion>>,
     /// For a weight file, on first use: the SHA-256 its source records (see [`recorded`]).
     recorded: OnceLock<Option<Arc<Recorded>>>,
+    /// Under `-o verify`, once its bytes were hashed: whether they are the recorded ones.
+    verdict: OnceLock<Verdict>,
 }
 
 impl Source {
@@ -118,6 +120,7 @@ impl Source {
             plan: OnceLock::new(),
             converted: OnceLock::new(),
             recorded: OnceLock::new(),
+            verdict: OnceLock::new(),
         })
     }
 
@@ -141,6 +144,16 @@ impl Source {
     /// Whether [`Source::recorded`] has been looked up (it then costs nothing).
     pub fn recorded_known(&self) -> bool {
         self.recorded.get().is_some()
+    }
+
+    /// Whether this version's bytes were found to be the recorded ones, once hashed.
+    pub fn verdict(&self) -> Option<Verdict> {
+        self.verdict.get().copied()
+    }
+
+    /// Records what hashing this version found (once: a version's bytes never change).
+    pub fn set_verdict(&self, verdict: Verdict) {
+        let _ = self.verdict.set(verdict);
     }
 
     pub fn len(&self) -> u64 {

@@ -47,6 +47,23 @@ impl How {
     }
 }
 
+/// What hashing a version of a file found, against its recorded digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Mismatch,
+}
+
+impl Verdict {
+    /// Its `user.tensormount.verified` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Mismatch => "mismatch",
+        }
+    }
+}
+
 /// The digest recorded for the file found at `entry` (through links), which is `canonical` once
 /// they are resolved.
 pub fn recorded(entry: &Path, canonical: &Path) -> Option<Recorded> {
@@ -88,6 +105,12 @@ pub fn recorded(entry: &Path, canonical: &Path) -> Option<Recorded> {
         }
         dir = dir.parent()?;
     }
+}
+
+/// Whether a file named `name` (in the tree), which is `canonical` on disk, may have a recorded
+/// digest worth looking up: a weight file (its name says a weight format), or a cache blob.
+pub fn worth_looking_up(name: &[u8], canonical: &Path) -> bool {
+    crate::format::Format::of(name).is_some() || blob_name(canonical).is_some()
 }
 
 /// A Hugging Face cache blob: `.../blobs/<64 hex>`.

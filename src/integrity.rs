@@ -1,0 +1,164 @@
+//! What the mount proves of the bytes it serves, beside serving them:
+//! - [`TensorDigests`]: each tensor file's SHA-256 (`user.safetensors.sha256`), computed on first
+//!   request on the read pool, kept per inode (an inode's bytes never change), within a bound;
+//! - [`Verifier`] (`-o verify`): a thread that hashes, one at a time and last in line for the CPU
+//!   and storage, every mirrored weight file whose digest SOURCE records, sets its verdict, and
+//!   has the kernel drop what it cached of a mismatched file. Reads of a mismatched file and of
+//!   its tensor files then fail with EIO (see `fs`).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use log::{info, warn};
+
+use crate::digest::{self, Sha256, hex};
+use crate::invalidate::{Invalidator, Notice};
+use crate::namespace::{Content, Ino, Namespace, Snapshot};
+use crate::source::{Source, Verdict, Version, worth_looking_up};
+
+/// The most tensor digests kept; past it the oldest are forgotten (and computed again if asked).
+const MAX_DIGESTS: usize = 1 << 18;
+
+/// How often the verifier looks for a new tree once it has checked every file of the last one.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Tensor files' digests by inode, oldest first out.
+#[derive(Default)]
+pub struct TensorDigests(Mutex<(HashMap<Ino, Sha256>, VecDeque<Ino>)>);
+
+impl TensorDigests {
+    pub fn get(&self, ino: Ino) -> Option<Sha256> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .get(&ino)
+            .copied()
+    }
+
+    pub fn insert(&self, ino: Ino, digest: Sha256) {
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (map, order) = &mut *guard;
+        if map.insert(ino, digest).is_none() {
+            order.push_back(ino);
+        }
+        while order.len() > MAX_DIGESTS {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+}
+
+/// The `-o verify` thread's work: the tree to follow, and the way to the kernel's caches (when the
+/// mount follows SOURCE; a frozen mount refuses new opens and reads instead).
+pub struct Verifier {
+    pub ns: Arc<Namespace>,
+    pub invalidate: Option<Invalidator>,
+}
+
+impl Verifier {
+    /// Starts the thread (once mounted, after any fork).
+    pub fn start(self) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("verify".into())
+            .spawn(move || self.run())?;
+        Ok(())
+    }
+
+    fn run(self) {
+        crate::sys::lowest_priority();
+        // Versions tried that could not be read through (changed, unreadable): not tried again.
+        let mut failed: HashSet<Version> = HashSet::new();
+        loop {
+            let snapshot = self.ns.current();
+            let due = due(&snapshot, &failed);
+            if due.is_empty() {
+                drop(snapshot);
+                std::thread::sleep(POLL);
+                continue;
+            }
+            for (name, source) in due {
+                match check(&name, &source) {
+                    Ok(verdict) => {
+                        source.set_verdict(verdict);
+                        if verdict == Verdict::Mismatch {
+                            self.refuse(&snapshot, &source);
+                        } else {
+                            info!("{name}: SHA-256 verified");
+                        }
+                    }
+                    Err(e) => {
+                        warn!("{}: not verified: {e}", source.path.display());
+                        failed.insert(source.version);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Has the kernel drop what it cached of every file of `source`'s bytes.
+    fn refuse(&self, snapshot: &Snapshot, source: &Arc<Source>) {
+        let Some(invalidate) = &self.invalidate else {
+            return;
+        };
+        let inos: Vec<Ino> = crate::model::entries(snapshot)
+            .into_iter()
+            .filter(|(_, _, n)| n.source().is_some_and(|s| ptr::eq(&**s, &**source)))
+            .map(|(_, ino, _)| ino)
+            .collect();
+        invalidate.send(Notice::Dropped(inos));
+    }
+}
+
+/// The mirrored files of `snapshot` with a recorded digest and no verdict yet, by name (the file
+/// name of each version's first entry), each version once.
+fn due(snapshot: &Snapshot, failed: &HashSet<Version>) -> Vec<(String, Arc<Source>)> {
+    let mut seen = HashSet::new();
+    crate::model::entries(snapshot)
+        .into_iter()
+        .filter_map(|(_, _, node)| match &node.content {
+            Content::Mirror { source, .. } => Some((node.name.clone(), source.clone())),
+            _ => None,
+        })
+        .filter(|(name, s)| {
+            s.verdict().is_none()
+                && !failed.contains(&s.version)
+                && worth_looking_up(name, &s.path)
+                && s.recorded().is_some()
+                && seen.insert(s.version)
+        })
+        .map(|(name, s)| (String::from_utf8_lossy(&name).into_owned(), s))
+        .collect()
+}
+
+/// Hashes `source` whole and compares with its recorded digest; an error where it could not be
+/// read through as this version.
+fn check(name: &str, source: &Source) -> Result<Verdict, String> {
+    let Some(recorded) = source.recorded() else {
+        return Err("no recorded digest".into());
+    };
+    let opened = source
+        .opened()
+        .map_err(|_| "changed or unreadable".to_string())?;
+    let (digest, _) = digest::file(opened.file(), source.len(), &[], &mut |_| {})
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if !source.intact(&opened, source.len()) || source.moved() {
+        return Err("changed while being verified".into());
+    }
+    if digest == recorded.sha256 {
+        return Ok(Verdict::Ok);
+    }
+    warn!(
+        "{name}: SHA-256 mismatch: expected {}, read {} (recorded as {} in {}); its \
+         reads now fail with EIO",
+        hex(&recorded.sha256),
+        hex(&digest),
+        recorded.how.name(),
+        recorded.at.display()
+    );
+    Ok(Verdict::Mismatch)
+}
