@@ -39,7 +39,7 @@
 //!
 //! `UNIT:` is left out for the unit `""`; `[SHAPE]` is written `[4096,11008]` (`[]` for a scalar);
 //! the second form of `differ` is that of `--values` for a float tensor; X is the shortest decimal
-//! that reads back as the float64 (`1e-7`, `0.5`), or `inf`. Control characters in names are
+//! that reads back as the float64 (`1e-7`, `0.5`, `0.0`), or `inf`. Control characters in names are
 //! written as Rust escapes (`\n`, `\u{1b}`).
 //!
 //! **JSON output** (`--json`), one object: `{"same": N, "only_in_a": [{"unit", "name", "dtype",
@@ -745,7 +745,7 @@ mod tests {
         assert_eq!(values_of(&r).differing, 0);
         assert!(
             r.text()
-                .starts_with("differ     x  F32 [5]  0 of 5 elements differ, max |a-b| 0\n")
+                .starts_with("differ     x  F32 [5]  0 of 5 elements differ, max |a-b| 0.0\n")
         );
 
         // A NaN against a number, and an infinity against a number: infinite.
@@ -1034,7 +1034,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(&bad, dir.join("model.safetensors")).unwrap();
         let r = diff(&dir, &good, false).unwrap();
-        assert_eq!(brief(&r), [row("only in B", "good", "w")]);
+        assert_eq!(brief(&r), [row("only in B", "", "w")]);
     }
 
     #[test]
