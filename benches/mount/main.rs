@@ -7,6 +7,7 @@
 //! options: --dir PATH (fixtures go in PATH/tensormount-bench-PID, default $TMPDIR or /tmp)
 //!          --baseline-too (a second table with TENSORMOUNT_TUNING=baseline)
 //!          --runs N (measured runs per row; default 5, quick 1)
+//!          --only 1,12 (only these items; the fixtures are all built still)
 //! ```
 //!
 //! Method: the sources' page cache is hot (each
@@ -69,6 +70,11 @@
 //!     both followed by a read of one byte of every 4 KiB of every tensor (load_file maps the
 //!     file lazily); and `numpy.fromfile` on every file of `pytorch_model.tensors/` as in item 5,
 //!     against the same on the `model.tensors/` of a mount of the safetensors copy, cold and warm.
+//! 12. Integrity: `tensormount verify` of one 1 GiB file and of three files (4 GiB in all, hard
+//!     links to the data fixture's, with a SHA256SUMS), page cache hot, against `sha256sum` of
+//!     the same files; and 1 MiB preads of item 1's tensor file right after mounting those files
+//!     with `-o verify` (which then hashes all three in the background, starting with that
+//!     tensor's file), against the same on a mount without it.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
@@ -121,10 +127,12 @@ pub struct Opts {
     pub baseline_too: bool,
     pub runs: usize,
     pub warmup: usize,
+    /// `--only`: the items to run (all when `None`).
+    pub only: Option<Vec<String>>,
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench mount [-- [--quick] [--dir PATH] [--baseline-too] [--runs N]]"
+    "usage: cargo bench --bench mount [-- [--quick] [--dir PATH] [--baseline-too] [--runs N] [--only ITEM,...]]"
 }
 
 fn parse_args() -> Res<Opts> {
@@ -134,6 +142,7 @@ fn parse_args() -> Res<Opts> {
         baseline_too: false,
         runs: 0,
         warmup: 1,
+        only: None,
     };
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -149,6 +158,15 @@ fn parse_args() -> Res<Opts> {
                     .and_then(|v| v.to_str().and_then(|s| s.parse().ok()))
                     .filter(|n| *n > 0)
                     .ok_or("--runs needs a positive number")?
+            }
+            "--only" => {
+                let list = args.next().ok_or("--only needs ITEM,...")?;
+                let list = list
+                    .to_string_lossy()
+                    .split(',')
+                    .map(String::from)
+                    .collect();
+                o.only = Some(list);
             }
             "-h" | "--help" => {
                 println!("{}", usage());

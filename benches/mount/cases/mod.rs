@@ -1,8 +1,9 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
 //! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10) and
-//! `pickle.rs` (11).
+//! `pickle.rs` (11), `integrity.rs` (12).
 
+mod integrity;
 mod metadata;
 mod pickle;
 mod reads;
@@ -227,30 +228,62 @@ impl Bench {
             big.offset,
             big.offset % PAGE
         ));
-        self.progress("1-2: sequential reads and mmap");
-        self.seq_and_mmap(&big, &mut rows);
-        self.progress("3: parallel readers");
-        self.parallel(&locs[1..], &mut rows);
-        self.progress("4: random reads");
-        self.random(&big, &mut rows);
-        self.progress("5, 7: Python loaders");
-        self.loaders(&mut rows);
-        self.progress("7: whole mirrored file");
-        self.whole_file(&mut rows);
-        self.progress("6: large model metadata");
-        self.metadata(&mut rows);
-        self.progress("8: following SOURCE");
-        self.refresh(&mut rows);
-        self.progress("9: storage far away");
-        self.far_away(&mut rows);
-        self.progress("10: -o dtype=f32");
-        self.widening(&mut rows);
-        self.progress("11: PyTorch checkpoint");
-        self.checkpoint(&mut rows);
+        if self.wants(&["1", "2"]) {
+            self.progress("1-2: sequential reads and mmap");
+            self.seq_and_mmap(&big, &mut rows);
+        }
+        if self.wants(&["3"]) {
+            self.progress("3: parallel readers");
+            self.parallel(&locs[1..], &mut rows);
+        }
+        if self.wants(&["4"]) {
+            self.progress("4: random reads");
+            self.random(&big, &mut rows);
+        }
+        if self.wants(&["5", "7"]) {
+            self.progress("5, 7: Python loaders");
+            self.loaders(&mut rows);
+        }
+        if self.wants(&["7"]) {
+            self.progress("7: whole mirrored file");
+            self.whole_file(&mut rows);
+        }
+        if self.wants(&["6", "9"]) {
+            self.progress("6: large model metadata");
+            self.metadata(&mut rows);
+        }
+        if self.wants(&["8"]) {
+            self.progress("8: following SOURCE");
+            self.refresh(&mut rows);
+        }
+        if self.wants(&["9"]) {
+            self.progress("9: storage far away");
+            self.far_away(&mut rows);
+        }
+        if self.wants(&["10"]) {
+            self.progress("10: -o dtype=f32");
+            self.widening(&mut rows);
+        }
+        if self.wants(&["11"]) {
+            self.progress("11: PyTorch checkpoint");
+            self.checkpoint(&mut rows);
+        }
+        if self.wants(&["12"]) {
+            self.progress("12: integrity");
+            self.integrity(&mut rows);
+        }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
         rows.sort_by_key(|r| r.id.parse::<u32>().unwrap_or(0));
         rows
+    }
+
+    /// Whether `--only` leaves any of `items` in.
+    fn wants(&self, items: &[&str]) -> bool {
+        match &self.opts.only {
+            None => true,
+            Some(only) => items.iter().any(|i| only.iter().any(|o| o == i)),
+        }
     }
 
     pub fn progress(&self, what: &str) {
