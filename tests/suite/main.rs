@@ -14,6 +14,8 @@ mod cli;
 mod docs;
 /// Invalid, truncated and malicious sources.
 mod hostile;
+/// Integrity: tensormount verify, recorded digests, per-tensor digests, -o verify.
+mod integrity;
 /// The source tree's layering: no import cycle among the files of `src/`.
 mod layering;
 /// The example loaders (C++, Java, JavaScript, Python, the GPU path) on a mount.
