@@ -10,6 +10,8 @@ mod common;
 mod backends;
 /// The command line, daemonising, signals, mount(8) and fstab.
 mod cli;
+/// Comparing two models: tensormount diff.
+mod diff;
 /// The man page and completions, generated from the command line.
 mod docs;
 /// Invalid, truncated and malicious sources.
