@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use log::debug;
 
-use crate::integrity::TensorDigests;
+use crate::integrity::{Activity, TensorDigests};
 use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{Attr, Content, Ino, Kind, Namespace, Node, NotReadable, Removed, Snapshot};
 use crate::pool::Pool;
@@ -117,8 +117,9 @@ pub struct TensorFs<B> {
     /// Tensor files' digests, computed when asked.
     digests: Arc<TensorDigests>,
     /// `-o verify`: files whose digest SOURCE records are not passed through to the kernel, nor
-    /// cached across opens, until hashed (a mismatch must reach every read).
-    verify: bool,
+    /// cached across opens, until hashed (a mismatch must reach every read); and when files were
+    /// last read, which the verifier yields to.
+    verify: Option<Arc<Activity>>,
 }
 
 /// How a mirrored file open by clients is served: through its passthrough backing file, or (none)
@@ -150,13 +151,14 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             digests: Arc::default(),
-            verify: false,
+            verify: None,
         }
     }
 
-    /// The same filesystem under `-o verify` (see [`TensorFs::settled`]).
-    pub fn verifying(mut self, verify: bool) -> TensorFs<B> {
-        self.verify = verify;
+    /// The same filesystem under `-o verify` (see [`TensorFs::settled`]), telling `activity` of
+    /// each read.
+    pub fn verifying(mut self, activity: Option<Arc<Activity>>) -> TensorFs<B> {
+        self.verify = activity;
         self
     }
 
@@ -164,7 +166,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
     /// cache kept across opens): always, except under `-o verify` for a file that may have a
     /// recorded digest and has no verdict yet.
     fn settled(&self, source: &Source) -> bool {
-        !self.verify
+        self.verify.is_none()
             || source.verdict().is_some()
             || (source.recorded_known() && source.recorded().is_none())
     }
@@ -472,6 +474,9 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         };
         if node.source().is_some_and(|s| refused(s)) {
             return reply.error(FsError::Io);
+        }
+        if let Some(activity) = &self.verify {
+            activity.touch();
         }
         let reading = match node.read(offset, size) {
             Ok(r) => r,

@@ -3,14 +3,16 @@
 //!   request on the read pool, kept per inode (an inode's bytes never change), within a bound;
 //! - [`Verifier`] (`-o verify`): a thread that hashes, one at a time and last in line for the CPU
 //!   and storage, every mirrored weight file whose digest SOURCE records, sets its verdict, and
-//!   has the kernel drop what it cached of a mismatched file. Reads of a mismatched file and of
+//!   has the kernel drop what it cached of a mismatched file. Between chunks it waits while files
+//!   are being read through the mount ([`Activity`]), so that serving comes first. Reads of a mismatched file and of
 //!   its tensor files then fail with EIO (see `fs`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
@@ -24,6 +26,51 @@ const MAX_DIGESTS: usize = 1 << 18;
 
 /// How often the verifier looks for a new tree once it has checked every file of the last one.
 const POLL: Duration = Duration::from_secs(1);
+
+/// The verifier reads its next chunk only once no file has been read through the mount for this
+/// long, waiting this long at a time...
+const QUIET: Duration = Duration::from_millis(20);
+
+/// ...but at most this long per chunk, so that it still ends under a steady load.
+const MAX_YIELD: Duration = Duration::from_secs(1);
+
+/// When a file of the mount was last read: what the verifier yields to.
+pub struct Activity {
+    start: Instant,
+    /// Milliseconds since `start`.
+    last: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// A file was read now.
+    pub fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        if self.last.load(Ordering::Relaxed) != ms {
+            self.last.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until nothing was read for [`QUIET`], or [`MAX_YIELD`] has passed.
+    fn yield_to_readers(&self) {
+        let since = Instant::now();
+        while since.elapsed() < MAX_YIELD {
+            let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+            if self.start.elapsed().saturating_sub(last) >= QUIET {
+                return;
+            }
+            std::thread::sleep(QUIET);
+        }
+    }
+}
 
 /// Tensor files' digests by inode, oldest first out.
 #[derive(Default)]
@@ -58,6 +105,8 @@ impl TensorDigests {
 pub struct Verifier {
     pub ns: Arc<Namespace>,
     pub invalidate: Option<Invalidator>,
+    /// Reads of the mount, which come first.
+    pub activity: Arc<Activity>,
 }
 
 impl Verifier {
@@ -82,7 +131,7 @@ impl Verifier {
                 continue;
             }
             for (name, source) in due {
-                match check(&name, &source) {
+                match check(&name, &source, &self.activity) {
                     Ok(verdict) => {
                         source.set_verdict(verdict);
                         if verdict == Verdict::Mismatch {
@@ -137,14 +186,15 @@ fn due(snapshot: &Snapshot, failed: &HashSet<Version>) -> Vec<(String, Arc<Sourc
 
 /// Hashes `source` whole and compares with its recorded digest; an error where it could not be
 /// read through as this version.
-fn check(name: &str, source: &Source) -> Result<Verdict, String> {
+fn check(name: &str, source: &Source, activity: &Activity) -> Result<Verdict, String> {
     let Some(recorded) = source.recorded() else {
         return Err("no recorded digest".into());
     };
     let opened = source
         .opened()
         .map_err(|_| "changed or unreadable".to_string())?;
-    let (digest, _) = digest::file(opened.file(), source.len(), &[], &mut |_| {})
+    let yield_now = &mut |_| activity.yield_to_readers();
+    let (digest, _) = digest::file(opened.file(), source.len(), &[], yield_now)
         .map_err(|e| format!("cannot read: {e}"))?;
     if !source.intact(&opened, source.len()) || source.moved() {
         return Err("changed while being verified".into());

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::daemon::{self, Serve};
 use crate::fs::{Live, TensorFs};
 use crate::fuse::Fuse;
-use crate::integrity::Verifier;
+use crate::integrity::{Activity, Verifier};
 use crate::namespace::{Namespace, Options, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
@@ -117,8 +117,13 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         drop(writer);
         (None, TensorFs::new(ns.clone(), None, tuning), None)
     };
-    let fs = fs.verifying(opts.verify);
-    let verifier = opts.verify.then_some(Verifier { ns, invalidate });
+    let activity = opts.verify.then(Arc::<Activity>::default);
+    let fs = fs.verifying(activity.clone());
+    let verifier = activity.map(|activity| Verifier {
+        ns,
+        invalidate,
+        activity,
+    });
     let serve = Serve {
         sources,
         source_idle: opts.source_idle,

@@ -110,17 +110,21 @@ pub fn sequential(file: &File) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
 }
 
-/// Puts the calling thread last for the CPU (nice 19) and for storage (the idle I/O class), so
-/// that whatever else the process does comes first; a hint, whose failure changes nothing.
+/// Puts the calling thread last for the CPU (`SCHED_IDLE`, and nice 19 should that be refused)
+/// and for storage (the idle I/O class), so that whatever else the process does comes first; a
+/// hint, whose failure changes nothing.
 pub fn lowest_priority() {
     const IOPRIO_WHO_PROCESS: libc::c_int = 1;
     const IOPRIO_CLASS_IDLE: libc::c_int = 3;
     const IOPRIO_CLASS_SHIFT: libc::c_int = 13;
-    // SAFETY: gettid takes no argument; setpriority and ioprio_set only read theirs, and with
-    // `who` 0 / a thread id they change this thread only (Linux keeps both per thread).
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: gettid takes no argument; setpriority, sched_setscheduler and ioprio_set only read
+    // theirs (`param` outlives the call), and given this thread's id they change this thread only
+    // (Linux keeps all three per thread).
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param);
         libc::syscall(
             libc::SYS_ioprio_set,
             IOPRIO_WHO_PROCESS,
