@@ -168,6 +168,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
             if files.iter().any(|f| &f.path == path) {
                 continue;
             }
+            tensor_rows.extend(check_tensors(path, &listed.tensors, None));
             rows.push(Row {
                 path: path.clone(),
                 status: "missing",
@@ -183,6 +184,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
         }
     }
     rows.sort_by(|a, b| a.path.cmp(&b.path));
+    tensor_rows.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
 
     if let Some(path) = &args.write_manifest {
         let doc = json!({"tensormount_manifest": MANIFEST_VERSION, "files": written});
