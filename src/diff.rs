@@ -516,6 +516,9 @@ mod tests {
     /// A tensor to write: name, dtype, shape, bytes.
     type T<'a> = (&'a str, StDtype, Vec<usize>, Vec<u8>);
 
+    /// A tensor read from a JSON description: name, dtype, shape, bytes.
+    type Owned = (String, StDtype, Vec<usize>, Vec<u8>);
+
     /// Writes a safetensors file of `tensors` with the official crate (creating its directory).
     fn write(path: &Path, tensors: &[T<'_>]) {
         let views: Vec<(&str, TensorView<'_>)> = tensors
@@ -931,7 +934,7 @@ mod tests {
 
     /// The committed checkpoint of strided views (`torch.save` of transposed and sliced tensors)
     /// and the tensors `torch.load` gave for it.
-    fn views_checkpoint() -> (PathBuf, Vec<(String, StDtype, Vec<usize>, Vec<u8>)>) {
+    fn views_checkpoint() -> (PathBuf, Vec<Owned>) {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/format/pytorch/testdata");
         let text = std::fs::read_to_string(dir.join("views_zip.json")).unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
