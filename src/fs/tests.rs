@@ -462,11 +462,15 @@ fn a_tensor_files_digest_is_computed_on_the_read_pool_and_its_length_known_at_on
     let d = source();
     let (fs, _, _) = mounted(&d, false);
     let b = ino(&fs, "m.tensors/b");
-    assert!(
+    let listed = |fs: &TensorFs<u32>| {
         fs.listxattr(b)
             .unwrap()
             .split(|&c| c == 0)
             .any(|n| n == b"user.safetensors.sha256")
+    };
+    assert!(
+        !listed(&fs),
+        "listed only once known: `getfattr -d` reads no tensor"
     );
     // A size query: answered at once, without reading the tensor.
     let (tx, rx) = mpsc::channel();
@@ -489,8 +493,9 @@ fn a_tensor_files_digest_is_computed_on_the_read_pool_and_its_length_known_at_on
         String::from_utf8(value.unwrap()).unwrap(),
         sha256sum(&bytes)
     );
-    // Asked again: remembered.
+    // Asked again: remembered, and listed.
     assert_eq!(xattr(&fs, b, b"user.safetensors.sha256").unwrap().len(), 64);
+    assert!(listed(&fs));
     // Not a tensor file: no digest of its own.
     let f = ino(&fs, "sub/f.txt");
     assert_eq!(

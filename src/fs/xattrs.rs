@@ -10,7 +10,8 @@ use crate::namespace::{Content, Ino, Node, ROOT};
 const XATTR_GENERATION: &str = "user.tensormount.refresh_generation";
 const XATTR_MODE: &str = "user.tensormount.refresh_mode";
 
-/// A tensor file's SHA-256: of the bytes it serves.
+/// A tensor file's SHA-256: of the bytes it serves. Asked for by name, it is computed; it is
+/// listed only once known.
 const XATTR_DIGEST: &str = "user.safetensors.sha256";
 
 /// `-o verify`'s verdict on the bytes of a mirrored weight file, and of its tensor files.
@@ -93,7 +94,8 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         if ino == ROOT {
             names.extend([XATTR_GENERATION, XATTR_MODE].map(String::from));
         }
-        if serves_tensor(&node) {
+        // Listed once known, so that `getfattr -d` never reads a tensor's bytes.
+        if serves_tensor(&node) && self.digests.get(ino).is_some() {
             names.push(XATTR_DIGEST.into());
         }
         if verdict(&node).is_some() {

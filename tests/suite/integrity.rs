@@ -1243,6 +1243,34 @@ fn mount_shows_recorded_and_tensor_digests() {
     let out = integrity(&python(), &["check-digests", &spec.to_string()]);
     assert!(out.starts_with("ok "), "{out}");
 
+    // Not listed before it is asked for by name (`getfattr -d` reads no tensor), then listed.
+    let fresh = c.path("a.tensors");
+    let first = fs::read_dir(&fresh)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap() != "__metadata__")
+        .unwrap();
+    let listed = |p: &Path| {
+        let out = Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(p)
+            .output()
+            .unwrap();
+        stdout(&out).contains("user.safetensors.sha256")
+    };
+    assert!(
+        !listed(&first),
+        "{} lists its digest before it is computed",
+        first.display()
+    );
+    assert!(getxattr(&first, "user.safetensors.sha256").is_some());
+    assert!(
+        listed(&first),
+        "{} does not list its digest once computed",
+        first.display()
+    );
+
     // getfattr -R over two mounts of the same model: the same values, for every tensor file.
     let on_a = tensor_digests_by_getfattr(&a.dir);
     let on_b = tensor_digests_by_getfattr(&b.dir);
