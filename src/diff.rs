@@ -12,8 +12,10 @@
 //! one side would share a key (`pytorch_model.bin` beside `model.safetensors`), the one renamed
 //! keeps its own name (`pytorch_model`). A single file's unit key is `""`. When each side has
 //! exactly one unit, those two are compared whatever their keys (and reported under the key when
-//! both have it, else under `""`); otherwise units are paired by key, and a unit found on one side
-//! only has every tensor reported as only in that side.
+//! both have it, else under `""`); otherwise units are paired by key (a single file against a
+//! directory of several models by its own conversion name: `model.safetensors` and
+//! `pytorch_model.bin` are paired with the unit `model`), and a unit found on one side only has
+//! every tensor reported as only in that side.
 //!
 //! **Findings**, within a pair of units, by tensor name (never by file name): a tensor only in A,
 //! only in B, renamed (a tensor only in A and one only in B with the same dtype, shape and bytes,
@@ -67,7 +69,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use self::compare::{Done, Job, Values};
-use self::units::{Item, Pair, Unit, pair, units};
+use self::units::{Item, Pair, Unit, file_key, pair, units};
 use crate::cli::DiffArgs;
 use crate::digest::Sha256;
 use crate::model::Model;
@@ -155,7 +157,8 @@ pub fn diff(a: &Path, b: &Path, values: bool) -> Result<Report, String> {
     let tree_b = model_b.tree().map_err(str::to_string)?;
     warn_invalid(a, &model_a);
     warn_invalid(b, &model_b);
-    let (pairs, only_a, only_b) = pair(units(tree_a), units(tree_b));
+    let file_keys = [a, b].map(file_key);
+    let (pairs, only_a, only_b) = pair(units(tree_a), units(tree_b), file_keys);
     let mut report = Report::default();
     for (unit, side) in [(&only_a, Side::A), (&only_b, Side::B)] {
         for u in unit.iter() {
@@ -1008,13 +1011,15 @@ mod tests {
             .map(|u| u.key)
             .collect();
         assert_eq!(keys, ["model", "pytorch_model"]);
-        let r = diff(&a, &b, false).unwrap();
-        assert_eq!(r.same, tensors.len() as u64);
-        assert!(
-            brief(&r)
-                .iter()
-                .all(|(k, u, _)| *k == "only in B" && u == "pytorch_model")
-        );
+        // A directory and a single file alike: the file is paired by its conversion name.
+        for x in [a.clone(), a.join("pytorch_model.bin")] {
+            let r = diff(&x, &b, false).unwrap();
+            assert_eq!(r.same, tensors.len() as u64, "{}", x.display());
+            assert_eq!(r.findings.len(), tensors.len());
+            let only_b =
+                |(k, u, _): &(&str, String, String)| *k == "only in B" && u == "pytorch_model";
+            assert!(brief(&r).iter().all(only_b));
+        }
     }
 
     #[test]
@@ -1032,12 +1037,13 @@ mod tests {
             e.contains("bad.safetensors: ") && e.contains("[HeaderTooSmall]"),
             "{e}"
         );
-        // In a directory, an invalid file is left out (with a warning), not an error.
+        // In a directory, an invalid file is left out (with a warning), not an error; the single
+        // file against a side of no model is paired by its name.
         let dir = tmp.join("dir");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(&bad, dir.join("model.safetensors")).unwrap();
         let r = diff(&dir, &good, false).unwrap();
-        assert_eq!(brief(&r), [row("only in B", "", "w")]);
+        assert_eq!(brief(&r), [row("only in B", "good", "w")]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! mount shows (or the root, for a single file), and the units of two sides paired.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::format::{Format, Tensor, converted_stem};
@@ -175,10 +176,24 @@ fn join(parent: &str, name: &str) -> String {
     }
 }
 
+/// The key a single file's unit is paired by against a side of several units: its name's stem,
+/// as the safetensors conversion names it (`model.safetensors` and `pytorch_model.bin` are
+/// `model`).
+pub fn file_key(path: &Path) -> Option<String> {
+    let name = path.file_name()?;
+    let (_, stem) = Format::of(name.as_bytes())?;
+    Some(String::from_utf8_lossy(&converted_stem(stem)).into_owned())
+}
+
 /// The units of A and B paired: when each side has exactly one, those two whatever their keys
-/// (shown under the key if both have it, else under `""`); otherwise by key. Returns the pairs and
-/// the units of each side that have no partner, in key order.
-pub fn pair(a: Vec<Unit>, b: Vec<Unit>) -> (Vec<Pair>, Vec<Unit>, Vec<Unit>) {
+/// (shown under the key if both have it, else under `""`); otherwise by key, a single file's unit
+/// (key `""`) by its `file_keys` entry instead. Returns the pairs and the units of each side that
+/// have no partner, in key order.
+pub fn pair(
+    a: Vec<Unit>,
+    b: Vec<Unit>,
+    file_keys: [Option<String>; 2],
+) -> (Vec<Pair>, Vec<Unit>, Vec<Unit>) {
     if let ([one_a], [one_b]) = (&a[..], &b[..]) {
         let shown = if one_a.key == one_b.key {
             one_a.key.clone()
@@ -196,6 +211,16 @@ pub fn pair(a: Vec<Unit>, b: Vec<Unit>) -> (Vec<Pair>, Vec<Unit>, Vec<Unit>) {
         };
         return (vec![pair], Vec::new(), Vec::new());
     }
+    let [key_a, key_b] = file_keys;
+    let rekey = |mut units: Vec<Unit>, key: Option<String>| {
+        if let ([one], Some(key)) = (&mut units[..], key)
+            && one.key.is_empty()
+        {
+            one.key = key;
+        }
+        units
+    };
+    let (a, b) = (rekey(a, key_a), rekey(b, key_b));
     let mut b: BTreeMap<String, Unit> = b.into_iter().map(|u| (u.key.clone(), u)).collect();
     let mut pairs = Vec::new();
     let mut only_a = Vec::new();
