@@ -16,6 +16,12 @@ _tensormount() {
             ",$1")
                 cmd="tensormount"
                 ;;
+            tensormount,diff)
+                cmd="tensormount__subcmd__diff"
+                ;;
+            tensormount,verify)
+                cmd="tensormount__subcmd__verify"
+                ;;
             *)
                 ;;
         esac
@@ -23,7 +29,7 @@ _tensormount() {
 
     case "${cmd}" in
         tensormount)
-            opts="-f -n -s -v -N -t -o -h -V --foreground --log-file --list --json --help --version"
+            opts="-f -n -s -v -N -t -o -h -V --foreground --log-file --list --json --help --version verify diff"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -42,7 +48,43 @@ _tensormount() {
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "allow_other allow_root auto_unmount fsname= strict npy dtype=f32 dtype=f64 pickle=on pickle=off layout=flat layout=tree refresh=auto refresh=inotify refresh=poll refresh=off refresh_interval= settle= source_idle= noexec rw" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "allow_other allow_root auto_unmount fsname= strict npy dtype=f32 dtype=f64 pickle=on pickle=off verify layout=flat layout=tree refresh=auto refresh=inotify refresh=poll refresh=off refresh_interval= settle= source_idle= noexec rw" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tensormount__subcmd__diff)
+            opts="-h --json --values --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tensormount__subcmd__verify)
+            opts="-h --json --write-manifest --manifest --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --write-manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -1,7 +1,33 @@
-complete -c tensormount -l log-file -d 'Append log records to PATH instead of stderr (or syslog, in the background)' -r -F
-complete -c tensormount -s N -d 'mount(8) helper option (mount namespace): accepted and ignored' -r
-complete -c tensormount -s t -d 'mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`' -r
-complete -c tensormount -s o -d 'Mount options, comma-separated (`\\,` for a literal comma); may be repeated. See below' -r -f -a "allow_other\t'other users may use the mount; the kernel still checks each file\'s permission bits'
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_tensormount_global_optspecs
+    string join \n f/foreground log-file= n s v N= t= o= list json h/help V/version
+end
+
+function __fish_tensormount_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_tensormount_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_tensormount_using_subcommand
+    set -l cmd (__fish_tensormount_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c tensormount -n "__fish_tensormount_needs_command" -l log-file -d 'Append log records to PATH instead of stderr (or syslog, in the background)' -r -F
+complete -c tensormount -n "__fish_tensormount_needs_command" -s N -d 'mount(8) helper option (mount namespace): accepted and ignored' -r
+complete -c tensormount -n "__fish_tensormount_needs_command" -s t -d 'mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`' -r
+complete -c tensormount -n "__fish_tensormount_needs_command" -s o -d 'Mount options, comma-separated (`\\,` for a literal comma); may be repeated. See below' -r -f -a "allow_other\t'other users may use the mount; the kernel still checks each file\'s permission bits'
 allow_root\t'root may use the mount too'
 auto_unmount\t'a watcher process unmounts once the daemon is gone, however it ends (SIGKILL included)'
 fsname=\t'the device column of /proc/mounts (default: the absolute source path)'
@@ -11,6 +37,7 @@ dtype=f32\t'every floating-point tensor narrower than the type (BF16, F16, F8_*,
 dtype=f64\t'every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is presented as its exact widening to it'
 pickle=on\t'PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors file, their pickle read without running any of it (on, the default); off: plain mirrored files'
 pickle=off\t'PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors file, their pickle read without running any of it (on, the default); off: plain mirrored files'
+verify\t'hash in the background, one file at a time and last in line, every weight file whose SHA-256 SOURCE records; user.tensormount.verified says ok or mismatch, and a mismatched file and its tensor files then fail reads with EIO'
 layout=flat\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
 layout=tree\t'tensor files named after the whole name (flat, the default), or in directories split on `.` and `/`'
 refresh=auto\t'how the mount follows SOURCE (default auto: inotify where SOURCE is local, polling on network and FUSE filesystems; off: never)'
@@ -22,11 +49,20 @@ settle=\t'how long a file seen changing in place must stay unchanged before it i
 source_idle=\t'a source unused for this long is closed, default 30'
 noexec\t'passed to the kernel'
 rw\t'accepted, as mount(8) always passes it: the mount is always read-only'"
-complete -c tensormount -s f -l foreground -d 'Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as `mount.tensormount`, `-f` is mount(8)\'s "fake": exit 0 without mounting'
-complete -c tensormount -s n -d 'mount(8) helper flag (no mtab): ignored'
-complete -c tensormount -s s -d 'mount(8) helper flag (sloppy): ignored'
-complete -c tensormount -s v -d 'mount(8) helper flag (verbose): ignored'
-complete -c tensormount -l list -d 'Mount nothing: validate SOURCE as a mount would and print one row per tensor'
-complete -c tensormount -l json -d 'With --list: print JSON instead of a table'
-complete -c tensormount -s h -l help -d 'Print help'
-complete -c tensormount -s V -l version -d 'Print version'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s f -l foreground -d 'Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as `mount.tensormount`, `-f` is mount(8)\'s "fake": exit 0 without mounting'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s n -d 'mount(8) helper flag (no mtab): ignored'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s s -d 'mount(8) helper flag (sloppy): ignored'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s v -d 'mount(8) helper flag (verbose): ignored'
+complete -c tensormount -n "__fish_tensormount_needs_command" -l list -d 'Mount nothing: validate SOURCE as a mount would and print one row per tensor'
+complete -c tensormount -n "__fish_tensormount_needs_command" -l json -d 'With --list: print JSON instead of a table'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c tensormount -n "__fish_tensormount_needs_command" -s V -l version -d 'Print version'
+complete -c tensormount -n "__fish_tensormount_needs_command" -a "verify" -d 'Check every weight file of SOURCE against the SHA-256 its source records'
+complete -c tensormount -n "__fish_tensormount_needs_command" -a "diff" -d 'Compare the tensors of two checkpoints or model directories'
+complete -c tensormount -n "__fish_tensormount_using_subcommand verify" -l write-manifest -d 'Also write the SHA-256 of every file and of every tensor\'s bytes to FILE (JSON)' -r -F
+complete -c tensormount -n "__fish_tensormount_using_subcommand verify" -l manifest -d 'Check files and tensors against a manifest written by --write-manifest, naming each damaged tensor' -r -F
+complete -c tensormount -n "__fish_tensormount_using_subcommand verify" -l json -d 'Print one JSON object instead of one line per file'
+complete -c tensormount -n "__fish_tensormount_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c tensormount -n "__fish_tensormount_using_subcommand diff" -l json -d 'Print one JSON object instead of text'
+complete -c tensormount -n "__fish_tensormount_using_subcommand diff" -l values -d 'For floating-point tensors whose bytes differ: how many elements differ, and the largest absolute difference'
+complete -c tensormount -n "__fish_tensormount_using_subcommand diff" -s h -l help -d 'Print help (see more with \'--help\')'

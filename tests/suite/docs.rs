@@ -71,8 +71,43 @@ fn man_page() -> Vec<u8> {
         )
         .as_bytes(),
     );
+    out.extend_from_slice(&commands());
     out.extend_from_slice(&fs::read(repo("doc/man-sections.roff")).unwrap());
     man.render_version_section(&mut out).unwrap();
+    out
+}
+
+/// The COMMANDS section: each subcommand's usage, what it does, and its options and arguments.
+fn commands() -> Vec<u8> {
+    let mut out = b".SH COMMANDS\n".to_vec();
+    let mut top = cli::command();
+    let subs: Vec<clap::Command> = top.get_subcommands_mut().map(|c| c.clone()).collect();
+    for mut sub in subs {
+        let usage = sub.render_usage().to_string();
+        let usage = usage.trim_start_matches("Usage: ");
+        out.extend_from_slice(format!(".SS \"tensormount {}\"\n", roff(usage)).as_bytes());
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            for para in about.to_string().split("\n\n") {
+                let para = para.replace('\n', " ").replace('`', "");
+                out.extend_from_slice(format!("{}\n.PP\n", roff(&para)).as_bytes());
+            }
+        }
+        for arg in sub
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_id() != "help")
+        {
+            let values = arg
+                .get_value_names()
+                .filter(|_| arg.get_action().takes_values());
+            let name = match (arg.get_long(), values) {
+                (Some(l), Some(v)) => format!("--{l} {}", v[0]),
+                (Some(l), None) => format!("--{l}"),
+                (None, _) => arg.get_id().to_string().to_uppercase(),
+            };
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            out.extend_from_slice(format!(".TP\n.B {}\n{}\n", roff(&name), roff(&help)).as_bytes());
+        }
+    }
     out
 }
 
@@ -96,6 +131,8 @@ fn the_man_page_is_generated_from_the_command_line_and_renders_without_warnings(
         "MOUNT OPTIONS",
         "LAYOUT",
         "EXTENDED ATTRIBUTES",
+        "COMMANDS",
+        "INTEGRITY",
         "FSTAB AND SYSTEMD",
         "SIGNALS",
         "EXIT STATUS",
