@@ -19,7 +19,7 @@ Units (one model each): a single file is the unit ""; in a directory, each index
 and each weight file no index names is a unit of its own; a unit's key is its directory and
 stem, `pytorch_model` named `model` as Hugging Face names the conversion, unless another unit
 of the side has that key. One unit on each side: those two are compared (under the key if both
-have it, else ""); else units are paired by key.
+have it, else ""); else units are paired by key, a single file by its stem's conversion name.
 """
 import hashlib
 import json
@@ -154,6 +154,17 @@ def write(out, only):
     other["lm_head.weight"][2, 3] = 10.0
     save_st(other, os.path.join(b, "model.safetensors"))
 
+    # One file against a directory of two models (a checkpoint beside its conversion, one
+    # element changed in the conversion): the file is paired with the unit of its own name.
+    a, b = case("file_vs_both")
+    torch.save(pt, os.path.join(b, "pytorch_model.bin"))
+    other = {k: v.clone().contiguous() for k, v in pt.items()}
+    other["position_ids"][0] = -1
+    save_st(other, os.path.join(b, "model.safetensors"))
+    save_st(pt, os.path.join(a, "model.safetensors"))
+    if "file_vs_both" in cases:
+        cases["file_vs_both"][0] = os.path.join(a, "model.safetensors")
+
     # A diffusers-like tree: units by folder.
     a, b = case("folders")
     small = {k: v for k, v in sd.items() if k != "embed.weight"}
@@ -243,6 +254,10 @@ def compare(side_a, side_b):
         (ka, ta), (kb, tb) = next(iter(ua.items())), next(iter(ub.items()))
         pairs, alone_a, alone_b = [(ka if ka == kb else "", ta, tb)], {}, {}
     else:
+        # A single file against several models: paired by its own conversion name.
+        for side, found in ((side_a, ua), (side_b, ub)):
+            if list(found) == [""] and stem_of(os.path.basename(side)):
+                found[converted(stem_of(os.path.basename(side)))] = found.pop("")
         pairs = [(k, ua[k], ub[k]) for k in ua if k in ub]
         alone_a = {k: v for k, v in ua.items() if k not in ub}
         alone_b = {k: v for k, v in ub.items() if k not in ua}

@@ -311,6 +311,22 @@ fn a_pytorch_checkpoint_against_its_conversion() {
 }
 
 #[test]
+fn a_file_against_a_directory_of_two_models() {
+    let cases = Cases::write(&["file_vs_both"]);
+    let v = cases.check("file_vs_both");
+    let found = findings(&v);
+    assert_eq!(found.len(), 9, "{v}");
+    assert!(
+        found[..8]
+            .iter()
+            .all(|(kind, unit, _)| kind == "only_in_b" && unit == "pytorch_model"),
+        "the checkpoint beside the conversion is a model of its own: {v}"
+    );
+    assert_eq!(found[8], finding("differ", "model", "position_ids"));
+    assert_eq!(v["same"], 7);
+}
+
+#[test]
 fn units_are_paired_by_folder() {
     let cases = Cases::write(&["folders"]);
     let v = cases.check("folders");
