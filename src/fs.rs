@@ -656,6 +656,4 @@ fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (In
 
 #[cfg(test)]
 mod tests;
-mod xattrs;
-
-pub use xattrs::ReplyValue;
+pub mod xattrs;

@@ -100,7 +100,7 @@ struct XattrReply {
     size: u32,
 }
 
-impl fs::ReplyValue for XattrReply {
+impl fs::xattrs::ReplyValue for XattrReply {
     fn value(self, value: Result<Vec<u8>, FsError>) {
         reply_xattr(self.reply, self.size, value);
     }
