@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -53,6 +53,7 @@ struct Listed {
 }
 
 /// What hashing one file gave.
+#[derive(Clone)]
 struct Hashed {
     sha256: Sha256,
     bytes: u64,
@@ -88,7 +89,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
     let (files, unopened) = model.weight_files();
     let want_tensors = args.manifest.is_some() || args.write_manifest.is_some();
     let started = Instant::now();
-    let results = hash_all(&files, want_tensors);
+    let (results, hashed_bytes) = hash_all(&files, want_tensors);
     let seconds = started.elapsed().as_secs_f64();
 
     let mut rows = Vec::new();
@@ -191,11 +192,8 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
         let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
         std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let bytes: u64 = rows
-        .iter()
-        .filter(|r| r.actual.is_some())
-        .map(|r| r.bytes)
-        .sum();
+    // Each version counted once, read through or not.
+    let bytes = hashed_bytes;
     let out = if args.json {
         json_report(&rows, &tensor_rows, bytes, seconds)
     } else {
@@ -223,19 +221,27 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
     })
 }
 
-/// Hashes every file, several at a time (one per core), the largest first; with a progress bar
-/// on a terminal.
-fn hash_all(files: &[WeightFile], tensors: bool) -> Vec<Result<Hashed, String>> {
-    let total: u64 = files.iter().map(|f| f.source.len()).sum();
+/// Hashes every file, several at a time (one per core), the largest first, each version once
+/// however many paths reach it (snapshots linking the same cache blob); with a progress bar on a
+/// terminal. Also the bytes read.
+fn hash_all(files: &[WeightFile], tensors: bool) -> (Vec<Result<Hashed, String>>, u64) {
+    let first: Vec<usize> = (0..files.len())
+        .map(|i| {
+            (0..i)
+                .find(|&j| Arc::ptr_eq(&files[j].source, &files[i].source))
+                .unwrap_or(i)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..files.len()).filter(|&i| first[i] == i).collect();
+    let total: u64 = order.iter().map(|&i| files[i].source.len()).sum();
     let bar = progress_bar(total);
-    let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(files[i].source.len()));
     let next = AtomicUsize::new(0);
     let results: Vec<Mutex<Option<Result<Hashed, String>>>> =
         files.iter().map(|_| Mutex::new(None)).collect();
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(files.len());
+        .min(order.len());
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
@@ -249,15 +255,18 @@ fn hash_all(files: &[WeightFile], tensors: bool) -> Vec<Result<Hashed, String>> 
         }
     });
     bar.finish_and_clear();
-    results
+    let results: Vec<Option<Result<Hashed, String>>> = results
         .into_iter()
-        .map(|m| {
-            m.into_inner()
-                .ok()
-                .flatten()
+        .map(|m| m.into_inner().ok().flatten())
+        .collect();
+    let results = (0..files.len())
+        .map(|i| {
+            results[first[i]]
+                .clone()
                 .unwrap_or_else(|| Err("not hashed".into()))
         })
-        .collect()
+        .collect();
+    (results, total)
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

@@ -765,12 +765,62 @@ fn help_and_version() {
         assert!(help.contains(word), "help lacks {word}: {help}");
     }
 
+    // The commands beside the mount, each with its own help.
+    for word in ["verify", "diff"] {
+        assert!(help.contains(word), "help lacks the command {word}: {help}");
+        let out = run(&[word, "--help"]);
+        assert!(out.status.success(), "{}", show(&out));
+        assert!(stdout(&out).contains("--json"), "{}", show(&out));
+    }
+
     let out = run(&["--version"]);
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(
         stdout(&out).trim(),
         format!("tensormount {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// A SOURCE named like a command is mounted when given as `./verify`; bare, the word is the
+/// command (which reads its argument as SOURCE, not as a mount point).
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn a_source_named_like_a_command_is_given_as_a_path() {
+    require_fuse();
+    let (tmp, mnt) = mnt_dir("named-verify");
+    let _g = MountGuard(mnt.clone());
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    let src = root.join("verify");
+    fs::create_dir(&src).unwrap();
+    write_fixture(&src.join("m.safetensors"));
+
+    let out = Command::new(bin())
+        .current_dir(&root)
+        .args(["./verify", "mnt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(is_mounted(&mnt), "{}", show(&out));
+    assert!(mnt.join("m.tensors").is_dir());
+    let um = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(um.status.success(), "{}", show(&um));
+    poll_until(Duration::from_secs(3), "the mount to go", || {
+        !is_mounted(&mnt)
+    });
+
+    // `tensormount verify verify`: the command, on the directory named verify.
+    let out = Command::new(bin())
+        .current_dir(&root)
+        .args(["verify", "verify"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        stdout(&out).starts_with("unknown   m.safetensors  sha256 "),
+        "{}",
+        show(&out)
+    );
+    assert!(!is_mounted(&mnt));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1428,3 +1428,38 @@ fn mount_verify_rechecks_a_replaced_file() {
     assert_eq!(fs::read(&tensor).unwrap(), good[b as usize..e as usize]);
     daemon.stop();
 }
+
+/// A blob that two snapshots of a cache link to is one version: hashed once (the report's bytes
+/// are one blob's), and reported under each path, `ok` against its name (`sha256sum`'s digest).
+#[test]
+fn verify_hashes_a_blob_of_two_snapshots_once() {
+    let tmp = TempDir::new("integrity-two-snapshots");
+    let repo = tmp.path().join("models--org--m");
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let staged = tmp.path().join("staged.safetensors");
+    write_raw(
+        &staged,
+        r#"{"w":{"dtype":"U8","shape":[3000000],"data_offsets":[0,3000000]}}"#,
+        &bytes,
+    );
+    let sha = sha256sum(&staged);
+    fs::create_dir_all(repo.join("blobs")).unwrap();
+    fs::rename(&staged, repo.join("blobs").join(&sha)).unwrap();
+    for rev in ["r1", "r2"] {
+        let dir = repo.join("snapshots").join(rev);
+        fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/{sha}"), dir.join("model.safetensors"))
+            .unwrap();
+    }
+    let (out, v) = verify_json(&[s(&repo)]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let files = by_path(&v);
+    let blob_len = fs::metadata(repo.join("blobs").join(&sha)).unwrap().len();
+    for rev in ["r1", "r2"] {
+        let f = files[&format!("snapshots/{rev}/model.safetensors")];
+        assert_eq!(f["status"], "ok");
+        assert_eq!(hex(&f["actual"]), sha);
+        assert_eq!(f["recorded_as"], "blob-name");
+    }
+    assert_eq!(v["bytes"].as_u64(), Some(blob_len), "hashed once");
+}
