@@ -92,19 +92,7 @@ pub fn file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-
-    /// Digests from the command line's `sha256sum`, the oracle.
-    fn sha256sum(bytes: &[u8]) -> String {
-        let mut child = std::process::Command::new("sha256sum")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(bytes).unwrap();
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8(out.stdout).unwrap()[..64].to_string()
-    }
+    use crate::testing::sha256sum;
 
     #[test]
     fn a_file_and_its_spans_hash_as_sha256sum_does_across_chunks() {

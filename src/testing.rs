@@ -1,4 +1,5 @@
-//! Helpers of the unit tests: temporary directories, removed on drop, and safetensors files.
+//! Helpers of the unit tests: temporary directories, removed on drop, safetensors files, and the
+//! command line's `sha256sum` as an oracle.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,4 +56,17 @@ pub fn st(tensors: &[(&str, usize, u8)]) -> Vec<u8> {
     out.extend_from_slice(json.as_bytes());
     out.extend_from_slice(&data);
     out
+}
+
+/// The SHA-256 of `bytes` as the command line's `sha256sum` gives it (64 lowercase hex digits).
+pub fn sha256sum(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }

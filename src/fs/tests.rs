@@ -17,7 +17,7 @@ use crate::invalidate::Invalidator;
 use crate::namespace::{Options, ROOT, Writer};
 use crate::refresh;
 use crate::source::Sources;
-use crate::testing::{TempDir, st};
+use crate::testing::{TempDir, sha256sum, st};
 
 /// Bytes of `b`, long enough to be sent from the source's mapping.
 const LONG: usize = 50_000;
@@ -503,17 +503,4 @@ fn a_tensor_files_digest_is_computed_on_the_read_pool_and_its_length_known_at_on
         xattr(&fs, f, b"user.safetensors.sha256"),
         Err(FsError::NoAttribute)
     );
-}
-
-/// The digest of `bytes` as the command line's `sha256sum` gives it.
-fn sha256sum(bytes: &[u8]) -> String {
-    use std::io::Write;
-    let mut child = std::process::Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(bytes).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }

@@ -41,6 +41,34 @@ pub fn dd(path: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
 }
 
 /// A directory removed on drop (after anything mounted in it is gone).
+/// Runs the script `tests/python/SCRIPT ARGS` with `py` and returns its stdout, asserting
+/// success; a module missing from the Python fails the test naming it, and what installs it.
+pub fn python_script(py: &Path, script: &str, args: &[&str]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = Command::new(py).arg(path).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if let Some(line) = err.lines().find(|l| l.starts_with("ModuleNotFoundError")) {
+        panic!(
+            "{} cannot run tests/python/{script} ({line}): `tests/run` installs \
+             tests/python/requirements.txt into .venv",
+            py.display()
+        );
+    }
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed:\n{}\n{err}",
+        String::from_utf8_lossy(&out.stdout),
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `text` parsed as JSON, or a failure that shows it.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {

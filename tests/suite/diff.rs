@@ -8,33 +8,14 @@
 use crate::common::*;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 /// Runs `tests/python/diff_oracle.py ARGS` and returns its stdout (asserting success; a module
 /// missing from the Python says so, with how to install it).
 fn oracle_py(py: &Path, args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/diff_oracle.py");
-    let out = Command::new(py).arg(script).args(args).output().unwrap();
-    let err = stderr(&out);
-    if let Some(line) = err.lines().find(|l| l.starts_with("ModuleNotFoundError")) {
-        panic!(
-            "{} cannot run tests/python/diff_oracle.py ({line}): `tests/run` installs \
-             tests/python/requirements.txt (torch, huggingface_hub) into .venv",
-            py.display()
-        );
-    }
-    assert!(
-        out.status.success(),
-        "diff_oracle.py {args:?} failed:\n{}\n{err}",
-        stdout(&out)
-    );
-    stdout(&out)
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    python_script(py, "diff_oracle.py", args)
 }
 
 /// The cases written by the oracle into a fresh directory: for each, its A and B.

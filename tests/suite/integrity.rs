@@ -30,26 +30,7 @@ use serde_json::Value;
 /// Runs `tests/python/integrity.py ARGS` and returns its stdout (asserting success; a module
 /// missing from the Python says so, with how to install it).
 fn integrity(py: &Path, args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/integrity.py");
-    let out = Command::new(py).arg(script).args(args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    if let Some(line) = err.lines().find(|l| l.starts_with("ModuleNotFoundError")) {
-        panic!(
-            "{} cannot run tests/python/integrity.py ({line}): `tests/run` installs \
-             tests/python/requirements.txt (torch, huggingface_hub) into .venv",
-            py.display()
-        );
-    }
-    assert!(
-        out.status.success(),
-        "integrity.py {args:?} failed:\n{}\n{err}",
-        String::from_utf8_lossy(&out.stdout),
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    python_script(py, "integrity.py", args)
 }
 
 /// The fixtures as `integrity.py write` made them, once per run, and what it said of them.
