@@ -64,6 +64,19 @@ pub fn python_script(py: &Path, script: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Mounts `source` with `-o opts` (none if empty), asserting success.
+pub fn mount_ok(source: &Path, opts: &str) -> Mounted {
+    let (m, out) = Mounted::try_new(source, opts);
+    assert!(
+        out.status.success(),
+        "mount of {} -o {opts:?} failed ({}): {}",
+        source.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.expect("mounted after exit 0")
+}
+
 /// `text` parsed as JSON, or a failure that shows it.
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))

@@ -41,19 +41,6 @@ fn check_mount(py: &Path, flags: &[&str], pairs: &[(PathBuf, PathBuf)]) {
     assert!(out.starts_with("ok "), "check-mount {flags:?}: {out}");
 }
 
-/// Mounts `source` with `-o opts`, asserting success.
-fn mount(source: &Path, opts: &str) -> Mounted {
-    let (m, out) = Mounted::try_new(source, opts);
-    assert!(
-        out.status.success(),
-        "mount of {} -o {opts:?} failed ({}): {}",
-        source.display(),
-        out.status,
-        stderr(&out)
-    );
-    m.expect("mounted after exit 0")
-}
-
 /// The Python of the oracle and a fresh directory `fx` in `tmp` filled by `checkpoints.py ARGS
 /// fx...` (whose JSON output is returned).
 fn write(tag: &str, args: &[&str]) -> (PathBuf, TempDir, Value) {
@@ -178,7 +165,7 @@ fn touch_everything(dir: &Path) {
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn checkpoints_mount_as_tensor_files_and_as_their_safetensors_conversion() {
     let (py, tmp, wrote) = write("pickle-mount", &["write-fixtures", "--only", "core"]);
-    let m = mount(&tmp.join("fx"), "");
+    let m = mount_ok(&tmp.join("fx"), "");
     tensor_files(&py, &tmp, &m, &wrote);
     virtual_files(&py, &tmp, &m);
 }
@@ -406,7 +393,7 @@ fn virtual_files(py: &Path, tmp: &TempDir, m: &Mounted) {
 fn sharded_bin_sets_load_with_transformers_from_the_virtual_safetensors() {
     let (py, tmp, wrote) = write("pickle-sharded", &["write-fixtures", "--only", "sharded"]);
     let bert = tmp.join("fx/bert");
-    let m = mount(&bert, "");
+    let m = mount_ok(&bert, "");
 
     let shards: Vec<String> = wrote
         .as_object()
@@ -507,7 +494,7 @@ fn malicious_pickles_never_run_and_their_globals_are_named() {
     let (py, tmp, kept) = write("pickle-malicious", &["write-malicious", s(&marker)]);
     let fx = tmp.join("fx");
     assert!(!marker.exists(), "writing the fixtures ran them");
-    let m = mount(&fx, "");
+    let m = mount_ok(&fx, "");
     touch_everything(&m.dir);
     assert!(
         !marker.exists(),
@@ -629,7 +616,7 @@ fn malicious_pickles_never_run_and_their_globals_are_named() {
 fn broken_checkpoints_are_mirrored_with_their_error_and_the_mount_lives() {
     let (py, tmp, wrote) = write("pickle-broken", &["write-broken"]);
     let fx = tmp.join("fx");
-    let m = mount(&fx, "");
+    let m = mount_ok(&fx, "");
     let pid = m.pid().expect("the daemon's pid");
 
     assert_eq!(
@@ -728,7 +715,7 @@ fn views_apply_to_checkpoint_tensors_and_pickle_off_leaves_plain_files() {
 
     // -o npy,layout=tree: names split on `.` and `/` into directories, and numpy.load of each
     // X.npy equals torch's tensor, for the dtypes numpy has.
-    let m = mount(&fx, "npy,layout=tree");
+    let m = mount_ok(&fx, "npy,layout=tree");
     for (path, name) in [
         (
             "lightning.tensors/state_dict/model/layer/weight",
@@ -753,7 +740,7 @@ fn views_apply_to_checkpoint_tensors_and_pickle_off_leaves_plain_files() {
     drop(m);
 
     // -o dtype=f32: BF16, F16 and F8 as torch's .float().
-    let m = mount(&fx, "dtype=f32");
+    let m = mount_ok(&fx, "dtype=f32");
     let bf16 = m.path("pytorch_model.tensors/bf16");
     assert_eq!(
         getxattr(&bf16, "user.safetensors.dtype").as_deref(),
@@ -767,7 +754,7 @@ fn views_apply_to_checkpoint_tensors_and_pickle_off_leaves_plain_files() {
     drop(m);
 
     // -o pickle=off: the source's entries, and nothing for the checkpoints.
-    let m = mount(&fx, "pickle=off");
+    let m = mount_ok(&fx, "pickle=off");
     assert_eq!(
         names(&m.dir),
         set(&[
@@ -818,7 +805,7 @@ fn checkpoints_added_replaced_and_removed_while_mounted_follow_the_source() {
         checkpoints(&py, &args);
     };
     save(&src.join("a.bin"), "1", false);
-    let m = mount(&src, "refresh=inotify");
+    let m = mount_ok(&src, "refresh=inotify");
     check_mount(&py, &[], &[(src.join("a.bin"), m.path("a.tensors"))]);
     // The conversion of a checkpoint, as the official writer makes it, against the virtual file.
     let same_as_reference = |file: &Path, virtual_file: &Path| {
