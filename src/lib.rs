@@ -13,8 +13,10 @@
 //!   the kernel's requests), with `pool` (the threads that serve reads which may wait on storage);
 //! - `refresh` and `inotify` (the thread that finds changes and has them applied) and
 //!   `invalidate` (diffs turned into kernel cache notifications, on a thread of their own);
+//! - `integrity` (tensor digests, and the `-o verify` thread) with `digest` (SHA-256);
 //! - [`cli`], `run` and `daemon`: options, the command, mounting, daemonising and signals, with
-//!   `listing` (`--list`), `logging` and `notify` (systemd's readiness protocol);
+//!   `listing` (`--list`), `logging` and `notify` (systemd's readiness protocol); `model` (a SOURCE
+//!   read whole, for the commands), `verify` and `diff` (the commands beside the mount);
 //! - `sys`: every call into the C library, each behind a safe function; [`clock`]: the time the
 //!   timers read.
 
