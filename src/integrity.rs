@@ -122,12 +122,18 @@ impl Verifier {
         crate::sys::lowest_priority();
         // Versions tried that could not be read through (changed, unreadable): not tried again.
         let mut failed: HashSet<Version> = HashSet::new();
+        // The generation of the last tree whose every file was checked.
+        let mut done = None;
         loop {
             let snapshot = self.ns.current();
-            let due = due(&snapshot, &failed);
-            if due.is_empty() {
+            if done == Some(snapshot.generation()) {
                 drop(snapshot);
                 std::thread::sleep(POLL);
+                continue;
+            }
+            let due = due(&snapshot, &failed);
+            if due.is_empty() {
+                done = Some(snapshot.generation());
                 continue;
             }
             for (name, source) in due {
@@ -163,24 +169,24 @@ impl Verifier {
     }
 }
 
-/// The mirrored files of `snapshot` with a recorded digest and no verdict yet, by name (the file
-/// name of each version's first entry), each version once.
+/// The mirrored files of `snapshot` with a recorded digest and no verdict yet, by path (each
+/// version's first), each version once.
 fn due(snapshot: &Snapshot, failed: &HashSet<Version>) -> Vec<(String, Arc<Source>)> {
     let mut seen = HashSet::new();
     crate::model::entries(snapshot)
         .into_iter()
-        .filter_map(|(_, _, node)| match &node.content {
-            Content::Mirror { source, .. } => Some((node.name.clone(), source.clone())),
+        .filter_map(|(path, _, node)| match &node.content {
+            Content::Mirror { source, .. } => Some((path, &node.name, source)),
             _ => None,
         })
-        .filter(|(name, s)| {
+        .filter(|(_, name, s)| {
             s.verdict().is_none()
                 && !failed.contains(&s.version)
                 && worth_looking_up(name, &s.path)
                 && s.recorded().is_some()
                 && seen.insert(s.version)
         })
-        .map(|(name, s)| (String::from_utf8_lossy(&name).into_owned(), s))
+        .map(|(path, _, s)| (path, s.clone()))
         .collect()
 }
 

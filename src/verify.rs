@@ -154,6 +154,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
             error: None,
         });
     }
+    let unopened_paths: Vec<String> = unopened.iter().map(|(p, _)| p.clone()).collect();
     for (path, why) in unopened {
         rows.push(Row {
             path,
@@ -166,7 +167,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
     }
     if let Some((at, m)) = &manifest {
         for (path, listed) in m {
-            if files.iter().any(|f| &f.path == path) {
+            if files.iter().any(|f| &f.path == path) || unopened_paths.contains(path) {
                 continue;
             }
             tensor_rows.extend(check_tensors(path, &listed.tensors, None));
