@@ -1431,3 +1431,46 @@ fn verify_hashes_a_blob_of_two_snapshots_once() {
     }
     assert_eq!(v["bytes"].as_u64(), Some(blob_len), "hashed once");
 }
+
+/// `-o verify` on a file in a sub-folder whose `SHA256SUMS` line (written by `sha256sum` for
+/// other bytes) does not match: the log names it by its path in the mount, with the recorded
+/// digest and what `sha256sum` reads now; a frozen mount (`refresh=off`) refuses its reads too.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn mount_verify_logs_a_sub_folders_file_by_its_path() {
+    require_fuse();
+    let tmp = TempDir::new("integrity-sub-folder");
+    let src = tmp.join("src");
+    fs::create_dir_all(src.join("unet")).unwrap();
+    let file = src.join("unet/model.safetensors");
+    let header = r#"{"w":{"dtype":"U8","shape":[4096],"data_offsets":[0,4096]}}"#;
+    write_raw(&file, header, &[7u8; 4096]);
+    let recorded = sha256sum(&file);
+    let sums = Command::new("sha256sum")
+        .current_dir(&src)
+        .arg("unet/model.safetensors")
+        .output()
+        .unwrap();
+    fs::write(src.join("SHA256SUMS"), &sums.stdout).unwrap();
+    write_raw(&file, header, &[8u8; 4096]);
+    let read = sha256sum(&file);
+    let mnt = tmp.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let log = tmp.join("daemon.log");
+    let opts = ["-o", "verify,refresh=off"];
+    let (mut daemon, _) = Daemon::spawn(&src, &mnt, &opts, &log, Duration::from_secs(10));
+    assert_eq!(verified(&mnt.join("unet/model.safetensors")), "mismatch");
+    assert_eq!(
+        read_errno(&mnt.join("unet/model.tensors/w")),
+        Some(libc::EIO)
+    );
+    let want = format!(
+        "tensormount: unet/model.safetensors: SHA-256 mismatch: expected {recorded}, read {read}"
+    );
+    let text = daemon.stderr();
+    assert!(
+        text.lines().any(|l| l.starts_with(&want)),
+        "no line starting {want:?} in the daemon's log:\n{text}"
+    );
+    daemon.stop();
+}
