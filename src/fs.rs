@@ -164,11 +164,11 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
 
     /// Whether what `source` holds may be handed to the kernel for good (passthrough, the page
     /// cache kept across opens): always, except under `-o verify` for a file that may have a
-    /// recorded digest and has no verdict yet.
+    /// recorded digest (or is not looked up yet) and has no verdict yet.
     fn settled(&self, source: &Source) -> bool {
         self.verify.is_none()
             || source.verdict().is_some()
-            || (source.recorded_known() && source.recorded().is_none())
+            || matches!(source.recorded_if_known(), Some(None))
     }
 
     pub fn tuning(&self) -> Tuning {

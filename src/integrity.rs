@@ -19,7 +19,7 @@ use log::{info, warn};
 use crate::digest::{self, Sha256, hex};
 use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{Content, Ino, Namespace, Snapshot};
-use crate::source::{Source, Verdict, Version, worth_looking_up};
+use crate::source::{Source, Verdict, Version};
 
 /// The most tensor digests kept; past it the oldest are forgotten (and computed again if asked).
 const MAX_DIGESTS: usize = 1 << 18;
@@ -176,17 +176,16 @@ fn due(snapshot: &Snapshot, failed: &HashSet<Version>) -> Vec<(String, Arc<Sourc
     crate::model::entries(snapshot)
         .into_iter()
         .filter_map(|(path, _, node)| match &node.content {
-            Content::Mirror { source, .. } => Some((path, &node.name, source)),
+            Content::Mirror { source, .. } => Some((path, source)),
             _ => None,
         })
-        .filter(|(_, name, s)| {
+        .filter(|(_, s)| {
             s.verdict().is_none()
                 && !failed.contains(&s.version)
-                && worth_looking_up(name, &s.path)
                 && s.recorded().is_some()
                 && seen.insert(s.version)
         })
-        .map(|(path, _, s)| (path, s.clone()))
+        .map(|(path, s)| (path, s.clone()))
         .collect()
 }
 

@@ -504,3 +504,35 @@ fn a_tensor_files_digest_is_computed_on_the_read_pool_and_its_length_known_at_on
         Err(FsError::NoAttribute)
     );
 }
+
+#[test]
+fn under_verify_only_files_that_may_have_a_record_wait_for_a_verdict_to_be_cached() {
+    let d = source();
+    let (fs, ns, _) = mounted(&d, false);
+    let fs = fs.verifying(Some(Arc::default()));
+    // Whether an open may be handed to the kernel for good: passthrough asked for a mirrored
+    // file (and refused here), the page cache kept for a tensor.
+    let settled = |path: &str| {
+        let i = ino(&fs, path);
+        let asked = AtomicUsize::new(0);
+        let o = fs
+            .open(i, libc::O_RDONLY, |_| {
+                asked.fetch_add(1, Ordering::Relaxed);
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            })
+            .unwrap();
+        fs.release(i, o.fh);
+        match path.contains(".tensors/") {
+            true => o.keep_cache,
+            false => asked.load(Ordering::Relaxed) == 1,
+        }
+    };
+    // Not a weight file: nothing to wait for.
+    assert!(settled("sub/f.txt"));
+    // A weight file (and its tensors) not looked up yet, then looked up and found to have no
+    // record: settled from then on.
+    assert!(!settled("m.safetensors") && !settled("m.tensors/b"));
+    let node = ns.get(ino(&fs, "m.safetensors")).unwrap();
+    assert!(node.source().unwrap().recorded().is_none());
+    assert!(settled("m.safetensors") && settled("m.tensors/b"));
+}

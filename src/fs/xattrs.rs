@@ -115,7 +115,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         let Content::Mirror { source, .. } = &node.content else {
             return;
         };
-        if !source.remote || source.recorded_known() {
+        if !source.remote || source.recorded_if_known().is_some() {
             return;
         }
         let s = source.clone();

@@ -11,7 +11,7 @@ use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::digest::{Sha256, hex};
 use crate::format::{Format, Tensor};
 use crate::index::converted_index_name;
-use crate::source::{Source, worth_looking_up};
+use crate::source::Source;
 use crate::widen::Widening;
 
 /// The kernel's limits on extended attributes (XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_LIST_MAX).
@@ -130,7 +130,7 @@ impl Node {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
             Content::Mirror { error, source } => {
                 let error = error.as_ref().map(|_| error_name(&self.name));
-                let recorded = recorded(&self.name, source).map(|_| RECORDED.to_string());
+                let recorded = recorded(source).map(|_| RECORDED.to_string());
                 error.into_iter().chain(recorded).collect()
             }
             Content::Converted { .. } => vec![CONVERTED_FROM.to_string()],
@@ -152,7 +152,7 @@ impl Node {
                 Some(e.to_string().into_bytes())
             }
             Content::Mirror { source, .. } if name == RECORDED => {
-                recorded(&self.name, source).map(|d| hex(d).into_bytes())
+                recorded(source).map(|d| hex(d).into_bytes())
             }
             Content::Converted { source, .. } if name == CONVERTED_FROM => {
                 Some(source.path.as_os_str().as_bytes().to_vec())
@@ -162,15 +162,14 @@ impl Node {
     }
 }
 
-/// The digest SOURCE records for the mirrored file `name`, if it is one that may have one (a
-/// weight file or a cache blob): looked up on first use (for a source that may stall, only once
-/// looked up elsewhere).
-fn recorded<'a>(name: &[u8], source: &'a Source) -> Option<&'a Sha256> {
-    // On a filesystem that may stall, looked up on the read pool first (see `fs`), never here.
-    if !worth_looking_up(name, &source.path) || (source.remote && !source.recorded_known()) {
-        return None;
-    }
-    source.recorded().map(|r| &r.sha256)
+/// The digest SOURCE records for a mirrored file, looked up on first use (for a source on a
+/// filesystem that may stall, only once looked up on the read pool: see `fs`).
+fn recorded(source: &Source) -> Option<&Sha256> {
+    let recorded = match source.remote {
+        true => source.recorded_if_known()?,
+        false => source.recorded(),
+    };
+    recorded.map(|r| &r.sha256)
 }
 
 /// The attribute that says why the mirrored file `file_name` is not interpreted as its name says:

@@ -135,15 +135,30 @@ impl Source {
 
     /// The SHA-256 that SOURCE records for this file (a cache's blob name, a download's metadata,
     /// a checksum file), looked up on first use: a few small reads beside it, never its bytes.
+    /// Only a weight file or a cache blob may have one; any other file has none, known at once.
     pub fn recorded(&self) -> Option<&Arc<Recorded>> {
         self.recorded
-            .get_or_init(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
+            .get_or_init(|| {
+                self.may_be_recorded()
+                    .then(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
+                    .flatten()
+            })
             .as_ref()
     }
 
-    /// Whether [`Source::recorded`] has been looked up (it then costs nothing).
-    pub fn recorded_known(&self) -> bool {
-        self.recorded.get().is_some()
+    /// [`Source::recorded`] without looking anything up: `None` until it has been looked up
+    /// (never for a file that cannot have a record).
+    pub fn recorded_if_known(&self) -> Option<Option<&Arc<Recorded>>> {
+        if !self.may_be_recorded() {
+            return Some(None);
+        }
+        self.recorded.get().map(Option::as_ref)
+    }
+
+    /// Whether a digest may be recorded for this file: one named as a weight file (at the path
+    /// it was found at, or once links are resolved), or a cache blob.
+    fn may_be_recorded(&self) -> bool {
+        recorded::worth_looking_up(&self.entry, &self.path)
     }
 
     /// Whether this version's bytes were found to be the recorded ones, once hashed.

@@ -30,7 +30,7 @@ pub use gather::Stored;
 pub use lease::SIGNAL as LEASE_SIGNAL;
 pub use opened::Opened;
 pub use read::{Body, Reading, Wait};
-pub use recorded::{How, Recorded, Verdict, worth_looking_up};
+pub use recorded::{How, Recorded, Verdict};
 pub use registry::Registry;
 pub use sources::Sources;
 pub use version::{FileId, Version};

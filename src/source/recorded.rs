@@ -70,6 +70,12 @@ pub fn recorded(entry: &Path, canonical: &Path) -> Option<Recorded> {
     if let Some(r) = blob_name(canonical) {
         return Some(r);
     }
+    // Beside the path it was found at, then (found through a link) beside the file itself.
+    beside(entry).or_else(|| (canonical != entry).then(|| beside(canonical)).flatten())
+}
+
+/// A record in the directory of `entry` or above it, the nearest first.
+fn beside(entry: &Path) -> Option<Recorded> {
     let name = entry.file_name()?;
     let mut dir = entry.parent()?;
     loop {
@@ -107,10 +113,15 @@ pub fn recorded(entry: &Path, canonical: &Path) -> Option<Recorded> {
     }
 }
 
-/// Whether a file named `name` (in the tree), which is `canonical` on disk, may have a recorded
-/// digest worth looking up: a weight file (its name says a weight format), or a cache blob.
-pub fn worth_looking_up(name: &[u8], canonical: &Path) -> bool {
-    crate::format::Format::of(name).is_some() || blob_name(canonical).is_some()
+/// Whether the file found at `entry`, which is `canonical` once links are resolved, may have a
+/// recorded digest worth looking up: a weight file (either name says a weight format), or a cache
+/// blob.
+pub(super) fn worth_looking_up(entry: &Path, canonical: &Path) -> bool {
+    let weight = |p: &Path| {
+        p.file_name()
+            .is_some_and(|n| crate::format::Format::of(n.as_bytes()).is_some())
+    };
+    weight(entry) || weight(canonical) || blob_name(canonical).is_some()
 }
 
 /// A Hugging Face cache blob: `.../blobs/<64 hex>`.
@@ -299,6 +310,11 @@ mod tests {
         let (sha, how, at) = found(&a).unwrap();
         assert_eq!((sha.as_str(), how), (B, How::Sha256Sum));
         assert_eq!(at, root.join("unet/a.safetensors.sha256"));
+        // Found through a link of another name: recorded for the file it leads to.
+        let link = root.join("link");
+        std::os::unix::fs::symlink("b.safetensors", &link).unwrap();
+        assert!(worth_looking_up(&link, &fs::canonicalize(&link).unwrap()));
+        assert_eq!(found(&link).unwrap().0, A);
         // A line for another file, or a malformed one, records nothing.
         let c = root.join("c.safetensors");
         fs::write(&c, b"x").unwrap();
