@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::digest::{self, Sha256, hex};
+use crate::digest::{Sha256, hex};
 use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{Content, Ino, Namespace, Snapshot};
-use crate::source::{Source, Verdict, Version};
+use crate::source::{ReadError, Source, Verdict, Version};
 
 /// The most tensor digests kept; past it the oldest are forgotten (and computed again if asked).
 const MAX_DIGESTS: usize = 1 << 18;
@@ -195,15 +195,12 @@ fn check(name: &str, source: &Source, activity: &Activity) -> Result<Verdict, St
     let Some(recorded) = source.recorded() else {
         return Err("no recorded digest".into());
     };
-    let opened = source
-        .opened()
-        .map_err(|_| "changed or unreadable".to_string())?;
-    let yield_now = &mut |_| activity.yield_to_readers();
-    let (digest, _) = digest::file(opened.file(), source.len(), &[], yield_now)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if !source.intact(&opened, source.len()) || source.moved() {
-        return Err("changed while being verified".into());
-    }
+    let (digest, _) = source
+        .sha256(&[], &mut |_| activity.yield_to_readers())
+        .map_err(|e| match e {
+            ReadError::Changed => "changed while being verified",
+            ReadError::Io => "cannot read",
+        })?;
     if digest == recorded.sha256 {
         return Ok(Verdict::Ok);
     }

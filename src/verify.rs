@@ -20,10 +20,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::cli::VerifyArgs;
-use crate::digest::{self, Hasher, Sha256, hex, parse_hex};
+use crate::digest::{Hasher, Sha256, hex, parse_hex};
 use crate::model::{Model, WeightFile};
 use crate::namespace::tensor_bytes;
-use crate::source::{ReadError, Version};
+use crate::source::ReadError;
 
 /// The version of the manifest format `--write-manifest` writes.
 const MANIFEST_VERSION: u64 = 1;
@@ -287,10 +287,6 @@ fn progress_bar(total: u64) -> ProgressBar {
 /// the others (views of a pickle checkpoint) gathered after.
 fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result<Hashed, String> {
     let source = &file.source;
-    let opened = source.opened().map_err(|e| match e {
-        ReadError::Changed => "changed while being verified (before it was read)".to_string(),
-        ReadError::Io => "cannot open".to_string(),
-    })?;
     let described = match want_tensors {
         true => source.describe(file.format).as_ref().ok().cloned(),
         false => None,
@@ -304,15 +300,7 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
         .iter()
         .map(|&i| (data_start + tensors[i].begin, tensors[i].size()))
         .collect();
-    let changed = || {
-        let meta = opened.file().metadata();
-        meta.map_or(true, |m| Version::of(&m) != source.version) || source.moved()
-    };
-    let hashed = digest::file(opened.file(), source.len(), &spans, &mut |n| bar.inc(n));
-    if changed() {
-        return Err("changed while being verified".into());
-    }
-    let (sha256, digests) = hashed.map_err(|e| format!("cannot read: {e}"))?;
+    let (sha256, digests) = source.sha256(&spans, &mut |n| bar.inc(n)).map_err(unread)?;
     let tensors = match &described {
         None => None,
         Some(d) => {
@@ -327,10 +315,7 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
                     h.update(b);
                     true
                 })
-                .map_err(|e| match e {
-                    ReadError::Changed => "changed while being verified".to_string(),
-                    ReadError::Io => format!("tensor {}: cannot read", t.name),
-                })?;
+                .map_err(|e| format!("tensor {}: {}", t.name, unread(e)))?;
                 out.insert(t.name.to_string(), h.finish());
             }
             Some(out)
@@ -341,6 +326,15 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
         bytes: source.len(),
         tensors,
     })
+}
+
+/// Why a file could not be hashed, as its report says it (a read error is logged with its
+/// cause).
+fn unread(e: ReadError) -> String {
+    match e {
+        ReadError::Changed => "changed while being verified".into(),
+        ReadError::Io => "cannot read".into(),
+    }
 }
 
 /// The tensors of one file against what the manifest lists for it.

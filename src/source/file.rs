@@ -23,6 +23,7 @@ use super::opened::{Opened, Slot};
 use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
+use crate::digest::{self, Sha256};
 use crate::format::{self, Converted, Description, Format};
 use crate::index::{self, Index, Plan};
 use crate::sys;
@@ -159,6 +160,24 @@ impl Source {
     /// it was found at, or once links are resolved), or a cache blob.
     fn may_be_recorded(&self) -> bool {
         recorded::worth_looking_up(&self.entry, &self.path)
+    }
+
+    /// The SHA-256 of this version's bytes and of each `(start, len)` span of them, from one pass
+    /// front to back (`progress` is told the length of each chunk read): [`ReadError::Changed`]
+    /// where the file did not hold this version throughout (truncated, rewritten or replaced),
+    /// [`ReadError::Io`] (logged) where reading failed.
+    pub fn sha256(
+        &self,
+        spans: &[(u64, u64)],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(Sha256, Vec<Sha256>), ReadError> {
+        let opened = self.opened()?;
+        let hashed = digest::file(opened.file(), self.len(), spans, progress);
+        self.check(&opened, 0, self.len())?;
+        if self.moved() {
+            return Err(ReadError::Changed);
+        }
+        hashed.map_err(|e| self.read_failed(&e))
     }
 
     /// Whether this version's bytes were found to be the recorded ones, once hashed.
