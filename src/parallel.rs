@@ -1,4 +1,4 @@
-//! Calls to the source made several at a time.
+//! Calls to the source made several at a time, and long work spread over the CPUs.
 //!
 //! On storage far away (a network or FUSE filesystem), each `stat`, `open` and header read costs
 //! a round trip, so a directory's entries are looked at with up to [`IN_FLIGHT`] calls in flight;
@@ -18,13 +18,28 @@ const LOCAL_BATCH: usize = 16;
 /// `f` applied to every item, in order: with up to [`IN_FLIGHT`] threads for a `remote` source,
 /// with one per CPU for a large local batch, else on this thread.
 pub fn map<T: Sync, R: Send>(items: &[T], remote: bool, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = match remote {
         true => IN_FLIGHT,
-        false if items.len() >= LOCAL_BATCH => cpus,
+        false if items.len() >= LOCAL_BATCH => cpus(),
         false => 1,
-    }
-    .min(items.len());
+    };
+    spread(items, threads, f)
+}
+
+/// `f` applied to every item, in order, by one thread per CPU, each taking the next item when it
+/// is free: for long work on the CPU (hashing or comparing whole files and tensors), with the
+/// longest items first in `items`.
+pub fn on_cpus<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    spread(items, cpus(), f)
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// `f` applied to every item, in order, by up to `threads` threads (this one among them).
+fn spread<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = threads.min(items.len());
     if threads <= 1 {
         return items.iter().map(f).collect();
     }

@@ -8,12 +8,11 @@
 //! not in SOURCE). Exit status: 2 on a usage or read error, else 1 if anything mismatches or is
 //! missing, else 0.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -23,7 +22,8 @@ use crate::cli::VerifyArgs;
 use crate::digest::{Hasher, Sha256, hex, parse_hex};
 use crate::model::{Model, WeightFile};
 use crate::namespace::tensor_bytes;
-use crate::source::ReadError;
+use crate::parallel;
+use crate::source::{ReadError, Source};
 
 /// The version of the manifest format `--write-manifest` writes.
 const MANIFEST_VERSION: u64 = 1;
@@ -226,43 +226,33 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
 /// however many paths reach it (snapshots linking the same cache blob); with a progress bar on a
 /// terminal. Also the bytes read.
 fn hash_all(files: &[WeightFile], tensors: bool) -> (Vec<Result<Hashed, String>>, u64) {
-    let first: Vec<usize> = (0..files.len())
-        .map(|i| {
-            (0..i)
-                .find(|&j| Arc::ptr_eq(&files[j].source, &files[i].source))
-                .unwrap_or(i)
+    // The first file of each version, and for every file the place of its version's.
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut by_version: HashMap<*const Source, usize> = HashMap::new();
+    let slot: Vec<usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            *by_version.entry(Arc::as_ptr(&f.source)).or_insert_with(|| {
+                firsts.push(i);
+                firsts.len() - 1
+            })
         })
         .collect();
-    let mut order: Vec<usize> = (0..files.len()).filter(|&i| first[i] == i).collect();
-    let total: u64 = order.iter().map(|&i| files[i].source.len()).sum();
+    let total: u64 = firsts.iter().map(|&i| files[i].source.len()).sum();
     let bar = progress_bar(total);
-    order.sort_by_key(|&i| std::cmp::Reverse(files[i].source.len()));
-    let next = AtomicUsize::new(0);
-    let results: Vec<Mutex<Option<Result<Hashed, String>>>> =
-        files.iter().map(|_| Mutex::new(None)).collect();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(order.len());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let r = hash_file(&files[i], tensors, &bar);
-                    if let Ok(mut slot) = results[i].lock() {
-                        *slot = Some(r);
-                    }
-                }
-            });
-        }
-    });
+    let mut order: Vec<usize> = (0..firsts.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(files[firsts[k]].source.len()));
+    let hashed = parallel::on_cpus(&order, |&k| hash_file(&files[firsts[k]], tensors, &bar));
     bar.finish_and_clear();
-    let results: Vec<Option<Result<Hashed, String>>> = results
-        .into_iter()
-        .map(|m| m.into_inner().ok().flatten())
-        .collect();
-    let results = (0..files.len())
-        .map(|i| {
-            results[first[i]]
+    let mut by_slot: Vec<Option<Result<Hashed, String>>> = firsts.iter().map(|_| None).collect();
+    for (&k, h) in order.iter().zip(hashed) {
+        by_slot[k] = Some(h);
+    }
+    let results = slot
+        .iter()
+        .map(|&k| {
+            by_slot[k]
                 .clone()
                 .unwrap_or_else(|| Err("not hashed".into()))
         })

@@ -4,8 +4,8 @@
 //! CPU, largest tensors first.
 
 use std::cmp::Reverse;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
@@ -13,6 +13,7 @@ use super::units::Item;
 use crate::digest::{Hasher, Sha256};
 use crate::format::Dtype;
 use crate::namespace::tensor_bytes;
+use crate::parallel;
 use crate::source::ReadError;
 use crate::widen::{Target, Widening};
 
@@ -73,48 +74,29 @@ pub struct Values {
 pub fn run(jobs: &[Job<'_>]) -> Result<Vec<Done>, String> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| Reverse(jobs[i].size()));
-    let slots: Vec<Mutex<Option<Result<Done, String>>>> =
-        jobs.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let work = || {
-        while !failed.load(Ordering::Relaxed) {
-            let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                return;
-            };
-            let done = one(&jobs[i]);
-            if done.is_err() {
-                failed.store(true, Ordering::Relaxed);
-            }
-            if let Ok(mut slot) = slots[i].lock() {
-                *slot = Some(done);
-            }
+    // `None`: not done, as an earlier job failed.
+    let done = parallel::on_cpus(&order, |&i| {
+        if failed.load(Ordering::Relaxed) {
+            return None;
         }
-    };
-    let cpus = thread::available_parallelism().map_or(1, usize::from);
-    thread::scope(|s| {
-        for _ in 1..cpus.min(jobs.len()) {
-            // A thread that cannot be started leaves its share to the others and to this one.
-            let _ = thread::Builder::new().spawn_scoped(s, work);
+        let done = one(&jobs[i]);
+        if done.is_err() {
+            failed.store(true, Ordering::Relaxed);
         }
-        work();
+        Some(done)
     });
-    let mut out = Vec::with_capacity(jobs.len());
-    let mut first_error = None;
-    for slot in slots {
-        match slot.into_inner().ok().flatten() {
-            Some(Ok(done)) => out.push(done),
-            Some(Err(e)) => {
-                first_error.get_or_insert(e);
-            }
+    let mut out: Vec<Option<Done>> = jobs.iter().map(|_| None).collect();
+    for (&i, done) in order.iter().zip(done) {
+        match done {
+            Some(Ok(d)) => out[i] = Some(d),
+            Some(Err(e)) => return Err(e),
             None => {}
         }
     }
-    match first_error {
-        Some(e) => Err(e),
-        None if out.len() == jobs.len() => Ok(out),
-        None => Err("diff: a comparison was left undone".to_string()),
-    }
+    out.into_iter()
+        .map(|d| d.ok_or_else(|| "diff: a comparison was left undone".to_string()))
+        .collect()
 }
 
 /// Does one job.
