@@ -160,7 +160,8 @@ impl Verifier {
         let Some(invalidate) = &self.invalidate else {
             return;
         };
-        let inos: Vec<Ino> = crate::model::entries(snapshot)
+        let inos: Vec<Ino> = snapshot
+            .entries()
             .into_iter()
             .filter(|(_, _, n)| n.source().is_some_and(|s| ptr::eq(&**s, &**source)))
             .map(|(_, ino, _)| ino)
@@ -173,7 +174,8 @@ impl Verifier {
 /// version's first), each version once.
 fn due(snapshot: &Snapshot, failed: &HashSet<Version>) -> Vec<(String, Arc<Source>)> {
     let mut seen = HashSet::new();
-    crate::model::entries(snapshot)
+    snapshot
+        .entries()
         .into_iter()
         .filter_map(|(path, _, node)| match &node.content {
             Content::Mirror { source, .. } => Some((path, source)),

@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::format::Format;
-use crate::namespace::{
-    Content, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, single_file_format,
-};
+use crate::namespace::{Content, Ino, Options, Origin, ROOT, Snapshot, Writer, single_file_format};
 use crate::source::{Registry, Source, Sources};
 use crate::sys;
 
@@ -93,7 +91,7 @@ impl Model {
         let Ok(tree) = &self.tree else {
             return (Vec::new(), Vec::new());
         };
-        let all = entries(tree);
+        let all = tree.entries();
         let by_path: HashMap<&Path, &Arc<Source>> = all
             .iter()
             .filter_map(|(_, _, node)| match &node.content {
@@ -165,34 +163,4 @@ impl Model {
         }
         out
     }
-}
-
-/// Every node of `tree` below the root, with its path (`/`-separated, lossy UTF-8) and inode, in
-/// depth-first order.
-pub fn entries(tree: &Snapshot) -> Vec<(String, Ino, &Node)> {
-    let mut out = Vec::new();
-    let mut stack = vec![(ROOT, String::new())];
-    while let Some((ino, path)) = stack.pop() {
-        let Some(node) = tree.node(ino) else {
-            continue;
-        };
-        if ino != ROOT {
-            out.push((path.clone(), ino, node));
-        }
-        if let Some(children) = tree.children(ino) {
-            for &c in children.iter().rev() {
-                let Some(child) = tree.node(c) else {
-                    continue;
-                };
-                let name = String::from_utf8_lossy(&child.name);
-                let p = if path.is_empty() {
-                    name.into_owned()
-                } else {
-                    format!("{path}/{name}")
-                };
-                stack.push((c, p));
-            }
-        }
-    }
-    out
 }

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::format::{Format, Tensor, converted_stem};
-use crate::model::entries;
 use crate::namespace::{Content, Snapshot};
 use crate::source::Source;
 
@@ -57,7 +56,7 @@ struct Dir {
 /// `NAME.safetensors`) whose tensors all appear in another directory that is not one file's own (a
 /// sharded set's merged directory) is left out: the merged directory is the model.
 pub fn units(tree: &Snapshot) -> Vec<Unit> {
-    let all = entries(tree);
+    let all = tree.entries();
     // Where each weight file's own tensor directory is, and the file (`None` for a link kept as
     // a link, a Hugging Face snapshot's to its blob).
     let mut own: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();

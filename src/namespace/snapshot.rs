@@ -147,40 +147,50 @@ impl Snapshot {
         ROOT
     }
 
-    /// Every tensor file, in path order, for `--list`.
-    pub fn list(&self) -> Vec<Listed<'_>> {
+    /// Every node below the root, with its path (`/`-separated, lossy UTF-8) and inode, in
+    /// depth-first order, each directory's entries in listing order.
+    pub fn entries(&self) -> Vec<(String, Ino, &Node)> {
         let mut out = Vec::new();
         let mut stack = vec![(ROOT, String::new())];
         while let Some((ino, path)) = stack.pop() {
             let Some(node) = self.node(ino) else {
                 continue;
             };
-            match &node.content {
-                Content::Dir(d) => {
-                    for &c in d.children.iter().rev() {
-                        let name = String::from_utf8_lossy(self.name_of(c));
-                        let child = if path.is_empty() {
-                            name.into_owned()
-                        } else {
-                            format!("{path}/{name}")
-                        };
-                        stack.push((c, child));
-                    }
+            if let Some(children) = self.children(ino) {
+                for &c in children.iter().rev() {
+                    let name = String::from_utf8_lossy(self.name_of(c));
+                    let child = match path.is_empty() {
+                        true => name.into_owned(),
+                        false => format!("{path}/{name}"),
+                    };
+                    stack.push((c, child));
                 }
+            }
+            if ino != ROOT {
+                out.push((path, ino, node));
+            }
+        }
+        out
+    }
+
+    /// Every tensor file, in path order, for `--list`.
+    pub fn list(&self) -> Vec<Listed<'_>> {
+        self.entries()
+            .into_iter()
+            .filter_map(|(path, _, node)| match &node.content {
                 Content::Tensor {
                     source,
                     tensor,
                     widen,
-                } => out.push(Listed {
+                } => Some(Listed {
                     path,
                     tensor,
                     widen: *widen,
                     source: &source.path,
                     offset: source.data_start() + tensor.begin,
                 }),
-                _ => {}
-            }
-        }
-        out
+                _ => None,
+            })
+            .collect()
     }
 }
