@@ -277,6 +277,8 @@ fn progress_bar(total: u64) -> ProgressBar {
 /// the others (views of a pickle checkpoint) gathered after.
 fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result<Hashed, String> {
     let source = &file.source;
+    // Looked up here, on the hashing threads: on a network filesystem each lookup waits.
+    source.recorded();
     let described = match want_tensors {
         true => source.describe(file.format).as_ref().ok().cloned(),
         false => None,
