@@ -1,4 +1,5 @@
-//! `index::parse` on arbitrary bytes, and `index::merged_dir_name` on them read as a file name.
+//! `index::parse` on arbitrary bytes, and `index::merged_dir_name` on them read as a file name
+//! (the index of a safetensors set or of a set of PyTorch checkpoints).
 //!
 //! What the parser accepts must be a JSON object whose `weight_map` maps each tensor, listed once,
 //! to a plain file name, checked against serde_json's own reading of the same bytes (as a `Value`;
@@ -83,8 +84,11 @@ fn check_merged_name(name: &str) {
     let Some(dir) = index::merged_dir_name(name) else {
         return;
     };
-    let (stem, rest) = name
-        .split_once(".safetensors.index.")
+    // The index of a safetensors set, else of a set of PyTorch checkpoints; the first marker in
+    // the name ends its stem.
+    let (stem, rest) = [".safetensors.index.", ".bin.index."]
+        .iter()
+        .find_map(|marker| name.split_once(marker))
         .expect("not an index name");
     assert!(!stem.is_empty());
     assert!(
