@@ -30,15 +30,21 @@ impl Log for Logger {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if !self.filter.matches(record) {
+        let message = record.args().to_string();
+        let level = level_of(record.target(), record.level(), &message);
+        let metadata = Metadata::builder()
+            .level(level)
+            .target(record.target())
+            .build();
+        if !self.filter.enabled(&metadata) {
             return;
         }
         let Ok(mut sink) = SINK.lock() else {
             return;
         };
-        let text = match record.level() {
-            Level::Warn => format!("{}", record.args()),
-            level => format!("{}: {}", level.as_str().to_lowercase(), record.args()),
+        let text = match level {
+            Level::Warn => message,
+            level => format!("{}: {message}", level.as_str().to_lowercase()),
         };
         match &mut *sink {
             Sink::Stderr => {
@@ -48,11 +54,23 @@ impl Log for Logger {
                 // One write per record, so that concurrent appenders never interleave within a line.
                 let _ = f.write_all(format!("tensormount: {text}\n").as_bytes());
             }
-            Sink::Syslog(sock) => syslog(sock, record.level(), &text),
+            Sink::Syslog(sock) => syslog(sock, level, &text),
         }
     }
 
     fn flush(&self) {}
+}
+
+/// The level a record is logged at. fuser logs an error when the kernel refuses a reply with
+/// ENOENT, which means the kernel no longer waits for that request: the connection was closed by
+/// an unmount (a release answered while the filesystem goes away) or the request was dropped.
+/// Nothing is lost and nobody waits, so it is debug, not an error in an operator's log (libfuse
+/// ignores ENOENT on a reply for the same reason).
+fn level_of(target: &str, level: Level, message: &str) -> Level {
+    let gone = target == "fuser::reply"
+        && message.starts_with("Failed to send FUSE reply")
+        && message.ends_with("(os error 2)");
+    if gone { Level::Debug } else { level }
 }
 
 /// An RFC 3164 line as local syslog daemons take it: `<PRI>tensormount[PID]: text`, facility daemon.
@@ -147,6 +165,18 @@ fn set_sink(new: Sink) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_the_kernel_no_longer_waits_for_are_debug() {
+        let enoent = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let gone = format!("Failed to send FUSE reply: {enoent}");
+        assert_eq!(level_of("fuser::reply", Level::Error, &gone), Level::Debug);
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        let bad = format!("Failed to send FUSE reply: {einval}");
+        assert_eq!(level_of("fuser::reply", Level::Error, &bad), Level::Error);
+        assert_eq!(level_of("tensormount", Level::Error, &gone), Level::Error);
+        assert_eq!(level_of("fuser::reply", Level::Warn, "x"), Level::Warn);
+    }
 
     #[test]
     fn syslog_lines() {
