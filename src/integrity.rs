@@ -4,8 +4,8 @@
 //! - [`Verifier`] (`-o verify`): a thread that hashes, one at a time and last in line for the CPU
 //!   and storage, every mirrored weight file whose digest SOURCE records, sets its verdict, and
 //!   has the kernel drop what it cached of a mismatched file. Between chunks it waits while files
-//!   are being read through the mount ([`Activity`]), so that serving comes first. Reads of a mismatched file and of
-//!   its tensor files then fail with EIO (see `fs`).
+//!   are being read through the mount ([`Activity`]), so that serving comes first. Reads of a
+//!   mismatched file and of its tensor files then fail with EIO (see `fs`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
@@ -136,12 +136,14 @@ impl Verifier {
                 done = Some(snapshot.generation());
                 continue;
             }
+            // Hashing takes long: the tree may be replaced meanwhile, and need not be kept.
+            drop(snapshot);
             for (name, source) in due {
                 match check(&name, &source, &self.activity) {
                     Ok(verdict) => {
                         source.set_verdict(verdict);
                         if verdict == Verdict::Mismatch {
-                            self.refuse(&snapshot, &source);
+                            self.refuse(&source);
                         } else {
                             info!("{name}: SHA-256 verified");
                         }
@@ -155,12 +157,15 @@ impl Verifier {
         }
     }
 
-    /// Has the kernel drop what it cached of every file of `source`'s bytes.
-    fn refuse(&self, snapshot: &Snapshot, source: &Arc<Source>) {
+    /// Has the kernel drop what it cached of every file of `source`'s bytes, in the tree as it is
+    /// now (a refresh during the hash may have added files made of them, a merged directory).
+    fn refuse(&self, source: &Arc<Source>) {
         let Some(invalidate) = &self.invalidate else {
             return;
         };
-        let inos: Vec<Ino> = snapshot
+        let inos: Vec<Ino> = self
+            .ns
+            .current()
             .entries()
             .into_iter()
             .filter(|(_, _, n)| n.source().is_some_and(|s| ptr::eq(&**s, &**source)))
