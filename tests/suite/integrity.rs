@@ -181,6 +181,11 @@ fn line(status: &str, path: &str, rest: &str) -> String {
     format!("{status:<8}  {path}  {rest}")
 }
 
+/// The line of a file `verify` found `ok`: its digest (a JSON string), and how it was recorded.
+fn ok_line(path: &str, sha256: &Value, how: &str) -> String {
+    line("ok", path, &format!("sha256 {} ({how})", hex(sha256)))
+}
+
 /// The stdout of `verify` as lines.
 fn lines(out: &Output) -> Vec<String> {
     stdout(out).lines().map(str::to_string).collect()
@@ -450,13 +455,7 @@ fn verify_local_dir_against_download_metadata() {
     assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
     let want: Vec<String> = weights
         .iter()
-        .map(|(rel, v)| {
-            line(
-                "ok",
-                rel,
-                &format!("sha256 {} (download-metadata)", hex(&v["sha256"])),
-            )
-        })
+        .map(|(rel, v)| ok_line(rel, &v["sha256"], "download-metadata"))
         .collect();
     assert_eq!(lines(&out), want, "stderr: {}", stderr(&out));
 
@@ -497,13 +496,7 @@ fn verify_release_folder_against_sha256sums() {
     no_progress(&out);
     let want: Vec<String> = weights
         .iter()
-        .map(|(rel, v)| {
-            line(
-                "ok",
-                rel,
-                &format!("sha256 {} (sha256sum)", hex(&v["sha256"])),
-            )
-        })
+        .map(|(rel, v)| ok_line(rel, &v["sha256"], "sha256sum"))
         .collect();
     assert_eq!(lines(&out), want, "stderr: {}", stderr(&out));
 
@@ -613,11 +606,7 @@ fn verify_names_the_one_damaged_blob() {
                     canonical(&blob)
                 ),
             ),
-            r => line(
-                "ok",
-                r,
-                &format!("sha256 {} (blob-name)", hex(&v["sha256"])),
-            ),
+            r => ok_line(r, &v["sha256"], "blob-name"),
         })
         .collect();
     assert_eq!(lines(&out), want, "stderr: {}", stderr(&out));
