@@ -106,8 +106,15 @@ impl Source {
         let version = Version::of(&meta);
         let remote = is_remote(&file);
         let opened = Opened::new(sources.leases().descriptor(file), &version, !remote);
+        let path = fs::canonicalize(entry).unwrap_or_else(|_| entry.to_path_buf());
+        // Decided once: whether a digest may be recorded for this file at all (a weight file by
+        // either name, or a cache blob). Where none can be, it is known now that there is none.
+        let recorded = match recorded::worth_looking_up(entry, &path) {
+            true => OnceLock::new(),
+            false => OnceLock::from(None),
+        };
         Ok(Source {
-            path: fs::canonicalize(entry).unwrap_or_else(|_| entry.to_path_buf()),
+            path,
             entry: entry.to_path_buf(),
             version,
             meta,
@@ -120,7 +127,7 @@ impl Source {
             digest: OnceLock::new(),
             plan: OnceLock::new(),
             converted: OnceLock::new(),
-            recorded: OnceLock::new(),
+            recorded,
             verdict: OnceLock::new(),
         })
     }
@@ -139,27 +146,14 @@ impl Source {
     /// Only a weight file or a cache blob may have one; any other file has none, known at once.
     pub fn recorded(&self) -> Option<&Arc<Recorded>> {
         self.recorded
-            .get_or_init(|| {
-                self.may_be_recorded()
-                    .then(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
-                    .flatten()
-            })
+            .get_or_init(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
             .as_ref()
     }
 
     /// [`Source::recorded`] without looking anything up: `None` until it has been looked up
     /// (never for a file that cannot have a record).
     pub fn recorded_if_known(&self) -> Option<Option<&Arc<Recorded>>> {
-        if !self.may_be_recorded() {
-            return Some(None);
-        }
         self.recorded.get().map(Option::as_ref)
-    }
-
-    /// Whether a digest may be recorded for this file: one named as a weight file (at the path
-    /// it was found at, or once links are resolved), or a cache blob.
-    fn may_be_recorded(&self) -> bool {
-        recorded::worth_looking_up(&self.entry, &self.path)
     }
 
     /// The SHA-256 of this version's bytes and of each `(start, len)` span of them, from one pass
