@@ -8,7 +8,7 @@
 //! not in SOURCE). Exit status: 2 on a usage or read error, else 1 if anything mismatches or is
 //! missing, else 0.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -154,7 +154,12 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
             error: None,
         });
     }
-    let unopened_paths: Vec<String> = unopened.iter().map(|(p, _)| p.clone()).collect();
+    // Every path SOURCE has, opened or not: a manifest's other paths are missing.
+    let present: HashSet<String> = files
+        .iter()
+        .map(|f| f.path.clone())
+        .chain(unopened.iter().map(|(p, _)| p.clone()))
+        .collect();
     for (path, why) in unopened {
         rows.push(Row {
             path,
@@ -167,7 +172,7 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
     }
     if let Some((at, m)) = &manifest {
         for (path, listed) in m {
-            if files.iter().any(|f| &f.path == path) || unopened_paths.contains(path) {
+            if present.contains(path) {
                 continue;
             }
             tensor_rows.extend(check_tensors(path, &listed.tensors, None));
