@@ -215,6 +215,17 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
         "source_idle=SECS",
         "a source unused for this long is closed, default 30",
     ),
+    (
+        "direct_io",
+        "the default: files the kernel does not read straight from their source (tensor files, \
+         views, virtual files) are read with direct I/O, so their bytes are cached once, in the \
+         source's page cache; mappings still work (Linux 6.6+; older kernels get kernel_cache)",
+    ),
+    (
+        "kernel_cache",
+        "those files are cached by the mount too, kept across opens: faster small rereads of the \
+         same bytes, at the cost of a second copy of every byte read in the page cache",
+    ),
     ("noexec", "passed to the kernel"),
     (
         "rw",
@@ -317,6 +328,8 @@ pub struct MountOptions {
     pub settle: Duration,
     /// A source unused for this long is closed (its descriptor and mapping).
     pub source_idle: Duration,
+    /// `kernel_cache`: the mount's page cache for every file, instead of direct I/O.
+    pub kernel_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -336,6 +349,7 @@ impl Default for MountOptions {
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
             source_idle: DEFAULT_SOURCE_IDLE,
+            kernel_cache: false,
         }
     }
 }
@@ -387,6 +401,8 @@ impl MountOptions {
                 ("noexec", None) => opts.noexec = true,
                 ("npy", None) => opts.npy = true,
                 ("verify", None) => opts.verify = true,
+                ("direct_io", None) => opts.kernel_cache = false,
+                ("kernel_cache", None) => opts.kernel_cache = true,
                 ("dtype", Some(v)) => match Target::parse(v) {
                     Some(t) => opts.widen = Some(t),
                     None => {

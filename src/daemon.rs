@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
-use log::{error, info, warn};
+use log::{debug, error, info, warn};
 
 use crate::cli::MountOptions;
 use crate::fuse::Fuse;
@@ -214,6 +214,7 @@ fn mount(
                 .into(),
         );
     }
+    let readahead_kb = fs.0.tuning().readahead_kb;
     let session = Session::new(fs, mnt, config).map_err(|e| {
         let what = match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(
@@ -223,6 +224,9 @@ fn mount(
         };
         format!("{}: cannot mount: {what}", mnt.display())
     })?;
+    if let Some(kb) = readahead_kb {
+        raise_readahead(mnt, kb);
+    }
     if auto_unmount {
         let dev = top_mount(mnt)
             .map(|m| m.dev)
@@ -235,6 +239,30 @@ fn mount(
     // freed) and dropped: give those pages back rather than keep them resident for the mount's life.
     sys::trim_heap();
     Ok(session)
+}
+
+/// Raises the readahead of the mount at `mnt` (its `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`) to
+/// `kb` where lower. The kernel reads a page fault of a mapped file around it by that much, and the
+/// default (128 KiB) makes a client that maps a tensor file wait on one small request after
+/// another. It can only be raised after the mount (FUSE INIT can only lower it), and needs root;
+/// without it, the default stays.
+fn raise_readahead(mnt: &Path, kb: u32) {
+    let Some(m) = top_mount(mnt) else {
+        return;
+    };
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(m.dev),
+        libc::minor(m.dev)
+    );
+    let now: Option<u32> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if now.is_some_and(|n| n < kb)
+        && let Err(e) = std::fs::write(&path, kb.to_string())
+    {
+        debug!("{path}: cannot raise the readahead to {kb} KiB: {e}");
+    }
 }
 
 /// Runs the session until the kernel ends it: `umount`, or a signal handled by the signal thread.

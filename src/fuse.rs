@@ -81,6 +81,9 @@ fn open_flags<B>(open: &Open<B>) -> FopenFlags {
     if open.cache_dir {
         flags |= FopenFlags::FOPEN_CACHE_DIR;
     }
+    if open.direct_io {
+        flags |= FopenFlags::FOPEN_DIRECT_IO;
+    }
     flags
 }
 
@@ -148,6 +151,14 @@ impl Filesystem for Fuse {
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
             self.0.set_passthrough(ok);
+        }
+        // Direct I/O only where a client may still map the file (Linux 6.6+): without this,
+        // mmap of a file opened with FOPEN_DIRECT_IO fails with ENODEV.
+        if tuning.direct_io {
+            let ok = config
+                .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+                .is_ok();
+            self.0.set_direct_io(ok);
         }
         Ok(())
     }

@@ -100,7 +100,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         .fsname
         .clone()
         .unwrap_or_else(|| source.to_string_lossy().into_owned());
-    let tuning = Tuning::from_env();
+    let mut tuning = Tuning::from_env();
+    tuning.direct_io &= !opts.kernel_cache;
     let config = daemon::fuse_config(&opts, fsname, tuning.threads);
     let ns = Arc::new(Namespace::new(tree, live));
     let (follow, fs, invalidate) = if live {
