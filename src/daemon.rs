@@ -214,7 +214,7 @@ fn mount(
                 .into(),
         );
     }
-    let readahead_kb = fs.0.tuning().readahead_kb;
+    let readahead_kb = fs.fs.tuning().readahead_kb;
     let session = Session::new(fs, mnt, config).map_err(|e| {
         let what = match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(

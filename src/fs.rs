@@ -13,8 +13,10 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::fmt;
 use std::fs::File;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -40,15 +42,15 @@ const CHECK_WAIT: Duration = Duration::from_millis(300);
 /// `statfs`: the block size sizes are counted in.
 pub const STATFS_BSIZE: u32 = 4096;
 
-/// Why a request fails; [`fuse`](crate::fuse) gives each its errno.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a request fails; [`fuse`](crate::fuse) gives each its errno, and logs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FsError {
     /// No such entry, or an inode the daemon does not know.
     NotFound,
     NotDir,
     IsDir,
     /// An inode that left the tree, a source that changed under a followed mount.
-    Stale,
+    Stale(Cause),
     /// A write, or any change of the tree.
     ReadOnly,
     /// `readlink` of something that is not a link.
@@ -57,8 +59,48 @@ pub enum FsError {
     OtherNamespace,
     /// No such extended attribute.
     NoAttribute,
+    /// `lseek` to data or a hole at or past the end of the file.
+    PastEnd,
     /// Reading the source failed, or changed under a frozen mount.
-    Io,
+    Io(Cause),
+}
+
+/// What made a request fail with [`FsError::Stale`] or [`FsError::Io`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// The inode is no longer in the tree (its file changed, or left SOURCE).
+    LeftTree,
+    /// Its source is gone, or now holds another version than the one the tree was built from.
+    Moved(PathBuf),
+    /// A read of its source: the file, and what went wrong.
+    Read(ReadError),
+    /// `-o verify` found the bytes of its source not to be the recorded ones.
+    Mismatch(PathBuf),
+    /// Every read-pool thread is busy and its queue is full.
+    Busy,
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::LeftTree => f.write_str("no longer in the tree"),
+            Cause::Moved(p) => write!(
+                f,
+                "{}: removed or replaced since the tree was built",
+                p.display()
+            ),
+            Cause::Read(e) => write!(f, "{e}"),
+            Cause::Mismatch(p) => write!(
+                f,
+                "{}: not the recorded bytes (SHA-256 mismatch under -o verify)",
+                p.display()
+            ),
+            Cause::Busy => write!(
+                f,
+                "the read pool is full ({READ_THREADS} threads busy, {READ_QUEUE} reads waiting)"
+            ),
+        }
+    }
 }
 
 /// How the operations reach the refresh machinery, when the mount follows its source.
@@ -176,6 +218,11 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             || matches!(source.recorded_if_known(), Some(None))
     }
 
+    /// The tree it serves (to name inodes in messages).
+    pub fn namespace(&self) -> &Arc<Namespace> {
+        &self.ns
+    }
+
     pub fn tuning(&self) -> Tuning {
         self.tuning
     }
@@ -194,12 +241,8 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
 
     /// The error for a read whose source changed under this version: the handle is stale when
     /// the mount follows its source (a new open sees the new version), EIO when it is frozen.
-    fn changed(&self) -> FsError {
-        if self.live.is_some() {
-            FsError::Stale
-        } else {
-            FsError::Io
-        }
+    fn changed(&self, cause: Cause) -> FsError {
+        changed(self.live.is_some(), cause)
     }
 
     /// The node of `ino`: in the current tree, or kept for the kernel.
@@ -283,7 +326,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(FsError::ReadOnly);
         }
-        let node = self.ns.get(ino).ok_or(FsError::Stale)?;
+        let node = self.ns.get(ino).ok_or(FsError::Stale(Cause::LeftTree))?;
         if node.attr.kind == Kind::Dir {
             return Err(FsError::IsDir);
         }
@@ -292,12 +335,16 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             return Ok(self.opened(0, false));
         };
         if refused(&source) {
-            return Err(FsError::Io);
+            return Err(FsError::Io(Cause::Mismatch(source.path.clone())));
         }
         let mirror = matches!(node.content, Content::Mirror { .. });
         let checked = self.check(&source, mirror);
         if self.stale(ino, checked.moved) {
-            return Err(FsError::Stale);
+            return Err(FsError::Stale(if checked.moved {
+                Cause::Moved(source.path.clone())
+            } else {
+                Cause::LeftTree
+            }));
         }
         // The bytes behind an inode never change: the kernel's page cache is kept across opens.
         self.open_file(ino, &source, mirror, checked, open_backing)
@@ -422,7 +469,10 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
                 if mode.handles == 0 {
                     backing.remove(&ino);
                 }
-                return Err(self.changed());
+                return Err(self.changed(Cause::Read(ReadError::changed(
+                    &source.path,
+                    "changed in place since it was found",
+                ))));
             }
             None => {
                 let mut open = self.opened(fh, false);
@@ -485,10 +535,10 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
     /// on storage goes to the read pool.
     pub fn read<R: ReplyData>(&self, ino: Ino, offset: u64, size: u32, reply: R) {
         let Some(node) = self.ns.get(ino) else {
-            return reply.error(FsError::Stale);
+            return reply.error(FsError::Stale(Cause::LeftTree));
         };
-        if node.source().is_some_and(|s| refused(s)) {
-            return reply.error(FsError::Io);
+        if let Some(s) = node.source().filter(|s| refused(s)) {
+            return reply.error(FsError::Io(Cause::Mismatch(s.path.clone())));
         }
         if let Some(activity) = &self.verify {
             activity.touch();
@@ -498,18 +548,33 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             Err(NotReadable::IsDir) => return reply.error(FsError::IsDir),
             Err(NotReadable::Nothing) => return reply.error(FsError::NotFound),
         };
-        let changed = self.changed();
-        let Some(reply) = send(&reading, Wait::No, reply, changed) else {
+        let follow = self.live.is_some();
+        let Some(reply) = send(&reading, Wait::No, reply, follow) else {
             return;
         };
         let reading = reading.into_owned();
         self.pool.submit(move |run| {
             if run {
-                send(&reading, Wait::Yes, reply, changed);
+                send(&reading, Wait::Yes, reply, follow);
             } else {
-                reply.error(FsError::Io);
+                reply.error(FsError::Io(Cause::Busy));
             }
         });
+    }
+
+    /// Where `lseek(offset, whence)` lands for `SEEK_DATA` and `SEEK_HOLE` (the kernel answers the
+    /// others itself): every file is data from start to end, with its one hole at the end. ENXIO
+    /// at or past the end, as on any filesystem.
+    pub fn lseek(&self, ino: Ino, offset: i64, whence: i32) -> Result<i64, FsError> {
+        let size = i64::try_from(self.node(ino)?.attr.size).unwrap_or(i64::MAX);
+        if !(0..size).contains(&offset) {
+            return Err(FsError::PastEnd);
+        }
+        Ok(if whence == libc::SEEK_HOLE {
+            size
+        } else {
+            offset
+        })
     }
 
     /// Opens a directory for listing: its listing is the snapshot of now, kept until released.
@@ -634,9 +699,18 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
     }
 }
 
-/// Sends `reading` to `reply`, or its error. Gives the reply back if nothing could be sent
-/// without waiting (`wait` [`Wait::No`]).
-fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, changed: FsError) -> Option<R> {
+/// The error for a read whose source changed under this version (see [`TensorFs::changed`]).
+fn changed(follow: bool, cause: Cause) -> FsError {
+    if follow {
+        FsError::Stale(cause)
+    } else {
+        FsError::Io(cause)
+    }
+}
+
+/// Sends `reading` to `reply`, or its error (see [`changed`] for `follow`). Gives the reply back
+/// if nothing could be sent without waiting (`wait` [`Wait::No`]).
+fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, follow: bool) -> Option<R> {
     let mut reply = Some(reply);
     let sent = reading.send(wait, |bytes| {
         if let Some(r) = reply.take() {
@@ -645,8 +719,8 @@ fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, changed: FsEr
     });
     match (sent, reply) {
         (Some(Err(e)), Some(r)) => r.error(match e {
-            ReadError::Changed => changed,
-            ReadError::Io => FsError::Io,
+            e @ ReadError::Changed(_) => changed(follow, Cause::Read(e)),
+            e @ ReadError::Io(_) => FsError::Io(Cause::Read(e)),
         }),
         (None, reply) => return reply,
         _ => {}

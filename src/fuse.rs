@@ -4,13 +4,17 @@
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+
+mod failures;
+use failures::{Failures, Op};
 
 use crate::fs::{self, FsError, Open, TensorFs};
 use crate::names::NAME_MAX;
@@ -26,22 +30,45 @@ const BLKSIZE: u32 = 1 << 20;
 /// The unit `st_blocks` counts in, whatever the block size.
 const BLOCK_UNIT: u64 = 512;
 
-/// The filesystem as fuser serves it.
-pub struct Fuse(pub TensorFs<BackingId>);
+/// The filesystem as fuser serves it, and the log of its failed requests.
+pub struct Fuse {
+    pub fs: TensorFs<BackingId>,
+    failures: Arc<Failures>,
+}
 
-/// Every error's errno. Exhaustive: a new error must be given one here.
-pub fn errno(e: FsError) -> Errno {
+impl Fuse {
+    pub fn new(fs: TensorFs<BackingId>) -> Fuse {
+        let failures = Arc::new(Failures::new(fs.namespace().clone()));
+        Fuse { fs, failures }
+    }
+
+    /// The errno of a request `op` on `ino` that failed with `e`, which is logged.
+    fn fail(&self, op: Op<'_>, ino: INodeNo, e: FsError) -> Errno {
+        fail(&self.failures, op, ino.0, e)
+    }
+}
+
+/// The errno of a failed request, logged on `failures`.
+fn fail(failures: &Failures, op: Op<'_>, ino: u64, e: FsError) -> Errno {
+    let (errno, name) = errno(&e);
+    failures.report(op, ino, &e, name);
+    errno
+}
+
+/// Every error's errno, and its name. Exhaustive: a new error must be given one here.
+pub fn errno(e: &FsError) -> (Errno, &'static str) {
     match e {
-        FsError::NotFound => Errno::ENOENT,
-        FsError::NotDir => Errno::ENOTDIR,
-        FsError::IsDir => Errno::EISDIR,
-        FsError::Stale => Errno::ESTALE,
-        FsError::ReadOnly => Errno::EROFS,
-        FsError::NotLink => Errno::EINVAL,
+        FsError::NotFound => (Errno::ENOENT, "ENOENT"),
+        FsError::NotDir => (Errno::ENOTDIR, "ENOTDIR"),
+        FsError::IsDir => (Errno::EISDIR, "EISDIR"),
+        FsError::Stale(_) => (Errno::ESTALE, "ESTALE"),
+        FsError::ReadOnly => (Errno::EROFS, "EROFS"),
+        FsError::NotLink => (Errno::EINVAL, "EINVAL"),
         // Never ENOSYS: the kernel would then switch off every xattr of the mount.
-        FsError::OtherNamespace => Errno::EOPNOTSUPP,
-        FsError::NoAttribute => Errno::NO_XATTR,
-        FsError::Io => Errno::EIO,
+        FsError::OtherNamespace => (Errno::EOPNOTSUPP, "EOPNOTSUPP"),
+        FsError::NoAttribute => (Errno::NO_XATTR, "ENODATA"),
+        FsError::PastEnd => (Errno::ENXIO, "ENXIO"),
+        FsError::Io(_) => (Errno::EIO, "EIO"),
     }
 }
 
@@ -87,35 +114,60 @@ fn open_flags<B>(open: &Open<B>) -> FopenFlags {
     flags
 }
 
-/// Answers the xattr protocol: the size probe (size 0), ERANGE for a short buffer, else the bytes.
-fn reply_xattr(reply: ReplyXattr, size: u32, value: Result<Vec<u8>, FsError>) {
+/// Answers the xattr protocol: the size probe (size 0), ERANGE for a short buffer, else the bytes
+/// (a failure is `fail`'s errno).
+fn reply_xattr(
+    reply: ReplyXattr,
+    size: u32,
+    value: Result<Vec<u8>, FsError>,
+    fail: impl FnOnce(FsError) -> Errno,
+) {
     match value {
-        Err(e) => reply.error(errno(e)),
+        Err(e) => reply.error(fail(e)),
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
     }
 }
 
-/// A GETXATTR's reply, with the size the kernel's buffer has.
+/// A GETXATTR's reply, with the size the kernel's buffer has, and what to log if it fails.
 struct XattrReply {
     reply: ReplyXattr,
     size: u32,
+    ino: u64,
+    name: Vec<u8>,
+    failures: Arc<Failures>,
 }
 
 impl fs::xattrs::ReplyValue for XattrReply {
     fn value(self, value: Result<Vec<u8>, FsError>) {
-        reply_xattr(self.reply, self.size, value);
+        let (ino, name, failures) = (self.ino, self.name, self.failures);
+        reply_xattr(self.reply, self.size, value, |e| {
+            fail(&failures, Op::Getxattr(&name), ino, e)
+        });
     }
 }
 
-impl fs::ReplyData for ReplyData {
+/// A READ's reply, with what to log if it fails.
+struct ReadReply {
+    reply: ReplyData,
+    ino: u64,
+    offset: u64,
+    size: u32,
+    failures: Arc<Failures>,
+}
+
+impl fs::ReplyData for ReadReply {
     fn data(self, bytes: &[u8]) {
-        ReplyData::data(self, bytes)
+        self.reply.data(bytes)
     }
 
     fn error(self, e: FsError) {
-        ReplyData::error(self, errno(e))
+        let op = Op::Read {
+            offset: self.offset,
+            size: self.size,
+        };
+        self.reply.error(fail(&self.failures, op, self.ino, e))
     }
 }
 
@@ -136,7 +188,7 @@ macro_rules! answer {
 
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let tuning = self.0.tuning();
+        let tuning = self.fs.tuning();
         // List directories with their attributes in one pass where the kernel wants them (`ls -l`).
         if tuning.readdirplus {
             let _ = config.add_capabilities(
@@ -150,7 +202,7 @@ impl Filesystem for Fuse {
             // Depth 1: backing files may not themselves be on a stacked filesystem.
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
-            self.0.set_passthrough(ok);
+            self.fs.set_passthrough(ok);
         }
         // Direct I/O only where a client may still map the file (Linux 6.6+): without this,
         // mmap of a file opened with FOPEN_DIRECT_IO fails with ENODEV.
@@ -158,44 +210,47 @@ impl Filesystem for Fuse {
             let ok = config
                 .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
                 .is_ok();
-            self.0.set_direct_io(ok);
+            self.fs.set_direct_io(ok);
         }
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.0.lookup(parent.0, name.as_bytes()) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
             Ok((ino, attr)) => reply.entry(&TTL, &file_attr(ino, &attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Lookup(name.as_bytes()), parent, e)),
         }
     }
 
     // fuser's default `batch_forget` calls this for each inode.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.0.forget(ino.0, nlookup);
+        self.fs.forget(ino.0, nlookup);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.0.readlink(ino.0) {
+        match self.fs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Readlink, ino, e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.0.getattr(ino.0) {
+        match self.fs.getattr(ino.0) {
             Ok(attr) => reply.attr(&TTL, &file_attr(ino.0, &attr)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Getattr, ino, e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.open(ino.0, flags.0, |file| reply.open_backing(file)) {
+        match self
+            .fs
+            .open(ino.0, flags.0, |file| reply.open_backing(file))
+        {
             Ok(o) => match &o.backing {
                 Some(id) => reply.opened_passthrough(FileHandle(o.fh), open_flags(&o), id),
                 None => reply.opened(FileHandle(o.fh), open_flags(&o)),
             },
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Open, ino, e)),
         }
     }
 
@@ -209,7 +264,7 @@ impl Filesystem for Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.0.release(ino.0, fh.0);
+        self.fs.release(ino.0, fh.0);
         reply.ok();
     }
 
@@ -224,13 +279,20 @@ impl Filesystem for Fuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        self.0.read(ino.0, offset, size, reply);
+        let reply = ReadReply {
+            reply,
+            ino: ino.0,
+            offset,
+            size,
+            failures: self.failures.clone(),
+        };
+        self.fs.read(ino.0, offset, size, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.opendir(ino.0) {
+        match self.fs.opendir(ino.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Opendir, ino, e)),
         }
     }
 
@@ -242,7 +304,7 @@ impl Filesystem for Fuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.0.releasedir(fh.0);
+        self.fs.releasedir(fh.0);
         reply.ok();
     }
 
@@ -255,7 +317,7 @@ impl Filesystem for Fuse {
         mut reply: ReplyDirectory,
     ) {
         let listed = self
-            .0
+            .fs
             .readdir(ino.0, fh.0, offset, |child, next, kind, name| {
                 reply.add(
                     INodeNo(child),
@@ -266,7 +328,7 @@ impl Filesystem for Fuse {
             });
         match listed {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Readdir, ino, e)),
         }
     }
 
@@ -279,7 +341,7 @@ impl Filesystem for Fuse {
         mut reply: ReplyDirectoryPlus,
     ) {
         let listed = self
-            .0
+            .fs
             .readdirplus(ino.0, fh.0, offset, |child, next, name, attr| {
                 reply.add(
                     INodeNo(child),
@@ -292,23 +354,78 @@ impl Filesystem for Fuse {
             });
         match listed {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.fail(Op::Readdir, ino, e)),
         }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.0.statfs();
+        let s = self.fs.statfs();
         let bsize = fs::STATFS_BSIZE;
         reply.statfs(s.blocks, 0, 0, s.files, 0, bsize, NAME_MAX as u32, bsize);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let reply = XattrReply { reply, size };
-        self.0.getxattr(ino.0, name.as_bytes(), size == 0, reply);
+        let reply = XattrReply {
+            reply,
+            size,
+            ino: ino.0,
+            name: name.as_bytes().to_vec(),
+            failures: self.failures.clone(),
+        };
+        self.fs.getxattr(ino.0, name.as_bytes(), size == 0, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, size, self.0.listxattr(ino.0));
+        reply_xattr(reply, size, self.fs.listxattr(ino.0), |e| {
+            self.fail(Op::Listxattr, ino, e)
+        });
+    }
+
+    // Only SEEK_DATA and SEEK_HOLE reach the daemon (the kernel does the others itself).
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.fs.lseek(ino.0, offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(self.fail(Op::Lseek, ino, e)),
+        }
+    }
+
+    // `isatty()` (TCGETS) and every other ioctl: no such thing here, answered without a word
+    // (fuser's default logs a warning for each).
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    // The kernel then stops asking and answers poll(2) itself: always readable.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        reply.error(Errno::ENOSYS);
     }
 
     // Nothing to flush or sync in a read-only tree.
@@ -347,5 +464,8 @@ impl Filesystem for Fuse {
             _lock_owner: Option<fuser::LockOwner>) -> fuser::ReplyWrite;
         fn fallocate(_req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: u64,
             _length: u64, _mode: i32) -> ReplyEmpty;
+        fn copy_file_range(_req: &Request, _ino_in: INodeNo, _fh_in: FileHandle, _offset_in: u64,
+            _ino_out: INodeNo, _fh_out: FileHandle, _offset_out: u64, _len: u64,
+            _flags: fuser::CopyFileRangeFlags) -> fuser::ReplyWrite;
     }
 }

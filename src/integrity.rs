@@ -205,8 +205,8 @@ fn check(name: &str, source: &Source, activity: &Activity) -> Result<Verdict, St
     let (digest, _) = source
         .sha256(&[], &mut |_| activity.yield_to_readers())
         .map_err(|e| match e {
-            ReadError::Changed => "changed while being verified",
-            ReadError::Io => "cannot read",
+            ReadError::Changed(_) => "changed while being verified".to_string(),
+            ReadError::Io(m) => format!("cannot read: {m}"),
         })?;
     if digest == recorded.sha256 {
         return Ok(Verdict::Ok);

@@ -133,8 +133,8 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         auto_unmount: opts.auto_unmount,
     };
     if args.foreground && !helper {
-        daemon::run_foreground(Fuse(fs), &mnt, &config, serve)
+        daemon::run_foreground(Fuse::new(fs), &mnt, &config, serve)
     } else {
-        daemon::run_background(Fuse(fs), &mnt, &config, serve)
+        daemon::run_background(Fuse::new(fs), &mnt, &config, serve)
     }
 }

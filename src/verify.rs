@@ -325,12 +325,11 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
     })
 }
 
-/// Why a file could not be hashed, as its report says it (a read error is logged with its
-/// cause).
+/// Why a file could not be hashed, as its report says it.
 fn unread(e: ReadError) -> String {
     match e {
-        ReadError::Changed => "changed while being verified".into(),
-        ReadError::Io => "cannot read".into(),
+        ReadError::Changed(_) => "changed while being verified".into(),
+        ReadError::Io(m) => format!("cannot read: {m}"),
     }
 }
 

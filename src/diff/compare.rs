@@ -150,8 +150,8 @@ fn same_bytes(a: &Item, b: &Item) -> bool {
 fn read(item: &Item, each: impl FnMut(&[u8]) -> bool) -> Result<(), String> {
     tensor_bytes(&item.source, &item.tensor, each).map_err(|e| {
         let what = match e {
-            ReadError::Changed => "changed in place while it was read",
-            ReadError::Io => "read error",
+            ReadError::Changed(_) => "changed in place while it was read".to_string(),
+            ReadError::Io(m) => format!("read error: {m}"),
         };
         format!(
             "{}: tensor {:?}: {what}",

@@ -237,7 +237,10 @@ fn opens_refuse_writes_directories_and_unknown_inodes() {
         );
     }
     assert_eq!(open(&fs, ROOT).err(), Some(FsError::IsDir));
-    assert_eq!(open(&fs, 1 << 40).err(), Some(FsError::Stale));
+    assert_eq!(
+        open(&fs, 1 << 40).err(),
+        Some(FsError::Stale(Cause::LeftTree))
+    );
     // A tensor is never passed through (its offsets are not the source's).
     let b = ino(&fs, "m.tensors/b");
     let o = open(&fs, b).unwrap();
@@ -353,7 +356,10 @@ fn reads_wait_on_the_pool_only_for_what_is_not_at_hand() {
     let m = ino(&fs, "m.safetensors");
     assert_eq!(read(&fs, m, 0, u32::MAX).0.unwrap(), whole);
     assert_eq!(read(&fs, ROOT, 0, 10).0, Err(FsError::IsDir));
-    assert_eq!(read(&fs, 1 << 40, 0, 10).0, Err(FsError::Stale));
+    assert_eq!(
+        read(&fs, 1 << 40, 0, 10).0,
+        Err(FsError::Stale(Cause::LeftTree))
+    );
 }
 
 #[test]
@@ -371,13 +377,17 @@ fn a_source_changed_in_place_fails_reads_eio_when_frozen_estale_when_followed() 
             .unwrap()
             .set_len(len - 10)
             .unwrap();
-        let want = if follow { FsError::Stale } else { FsError::Io };
-        assert_eq!(
-            read(&fs, b, 0, LONG as u32).0,
-            Err(want),
-            "follow: {follow}"
-        );
-        assert_eq!(read(&fs, b, 0, 100).0, Err(want), "follow: {follow}");
+        // Both the long read (from the mapping) and the short one (copied) say why, naming the
+        // source.
+        for size in [LONG as u32, 100] {
+            let e = read(&fs, b, 0, size).0.unwrap_err();
+            let cause = match (follow, &e) {
+                (true, FsError::Stale(c)) | (false, FsError::Io(c)) => c.to_string(),
+                _ => panic!("follow: {follow}: {e:?}"),
+            };
+            let want = format!("{}: changed in place", d.join("m.safetensors").display());
+            assert!(cause.starts_with(&want), "{cause}");
+        }
         fs.release(b, held.fh);
     }
 }
@@ -394,7 +404,10 @@ fn an_inode_that_left_a_followed_tree_is_stale_to_opens() {
     ns.publish(snapshot, &diff.detached);
     // The kernel still holds it (the lookup above): known, but not to be opened again.
     assert_eq!(fs.getattr(f).map(|a| a.kind), Ok(Kind::File));
-    assert_eq!(open(&fs, f).err(), Some(FsError::Stale));
+    assert_eq!(
+        open(&fs, f).err(),
+        Some(FsError::Stale(Cause::Moved(d.join("sub/f.txt"))))
+    );
     assert_eq!(fs.lookup(sub, b"f.txt"), Err(FsError::NotFound));
     fs.forget(f, 1);
     assert_eq!(fs.getattr(f), Err(FsError::NotFound), "forgotten");

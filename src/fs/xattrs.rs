@@ -2,9 +2,10 @@
 //! the running mount knows: the root's refresh state, each tensor file's SHA-256 (computed on the
 //! read pool), and `-o verify`'s verdict.
 
-use super::{CHECK_WAIT, FsError, TensorFs};
+use super::{CHECK_WAIT, Cause, FsError, TensorFs};
 use crate::digest::{Hasher, hex};
-use crate::namespace::{Content, Ino, Node, ROOT};
+use crate::namespace::{Content, Ino, Node, ROOT, ReadAllError};
+use crate::source::ReadError;
 
 /// The root's extended attributes about the refresh.
 const XATTR_GENERATION: &str = "user.tensormount.refresh_generation";
@@ -68,7 +69,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         let digests = self.digests.clone();
         self.pool.submit(move |run| {
             if !run {
-                return reply.value(Err(FsError::Io));
+                return reply.value(Err(FsError::Io(Cause::Busy)));
             }
             let mut h = Hasher::default();
             let read = node.read_all(|b| {
@@ -81,7 +82,10 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
                     digests.insert(ino, d);
                     Ok(hex(&d).into_bytes())
                 }
-                Err(_) => Err(FsError::Io),
+                Err(ReadAllError::Source(e)) => Err(FsError::Io(Cause::Read(e))),
+                Err(ReadAllError::NotReadable(_)) => Err(FsError::Io(Cause::Read(ReadError::Io(
+                    "not readable".into(),
+                )))),
             });
         });
     }

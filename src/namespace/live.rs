@@ -13,7 +13,7 @@ use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use super::node::{Ino, Node};
+use super::node::{Ino, Node, ROOT};
 use super::snapshot::Snapshot;
 
 #[derive(Debug)]
@@ -63,6 +63,26 @@ impl Namespace {
             return Some(n.clone());
         }
         self.refs().detached.get(&ino).cloned()
+    }
+
+    /// The path of `ino` in the mount (`.` for the root), as its nodes name it: for messages.
+    pub fn path(&self, ino: Ino) -> String {
+        let mut names = Vec::new();
+        let mut at = ino;
+        // Bounded: a node kept for the kernel may name a parent that left the tree since.
+        while at != ROOT && names.len() < 256 {
+            let Some(node) = self.get(at) else {
+                names.push(format!("<inode {at}>").into_bytes());
+                break;
+            };
+            names.push(node.name.to_vec());
+            at = node.parent;
+        }
+        if names.is_empty() {
+            return ".".into();
+        }
+        names.reverse();
+        String::from_utf8_lossy(&names.join(&b'/')).into_owned()
     }
 
     /// Whether `ino` is in the current tree.

@@ -147,7 +147,9 @@ pub fn tensor_bytes(
             Ok(true) => {}
             Ok(false) => break,
             Err(ReadAllError::Source(e)) => return Err(e),
-            Err(ReadAllError::NotReadable(_)) => return Err(ReadError::Io),
+            Err(ReadAllError::NotReadable(_)) => {
+                return Err(ReadError::io(&source.path, "tensor bytes not readable"));
+            }
         }
     }
     Ok(())
@@ -170,15 +172,26 @@ fn send_copied(
             Ok(go_on)
         }
         // Nothing sent before the end: the file is shorter than its size says.
-        Some(Ok(())) => Err(ReadAllError::Source(ReadError::Io)),
+        Some(Ok(())) => Err(ReadAllError::Source(failed(
+            reading,
+            "ends before its size",
+        ))),
         Some(Err(e)) => Err(ReadAllError::Source(e)),
         // Only a read that may not wait gives up.
-        None => Err(ReadAllError::Source(ReadError::Io)),
+        None => Err(ReadAllError::Source(failed(reading, "read gave up"))),
+    }
+}
+
+/// A read of `reading` that did not complete, for `why`, naming its source if it has one.
+fn failed(reading: &Reading<'_>, why: &str) -> ReadError {
+    match &reading.body {
+        Some(b) => ReadError::io(&b.source.path, why),
+        None => ReadError::Io(why.into()),
     }
 }
 
 /// Why [`Node::read_all`] could not read a file through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadAllError {
     NotReadable(NotReadable),
     Source(ReadError),

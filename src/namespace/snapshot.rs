@@ -17,7 +17,7 @@ pub struct Snapshot {
 }
 
 /// Why [`Snapshot::read`] has no bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapshotReadError {
     NotFound,
     NotReadable(NotReadable),
@@ -86,7 +86,9 @@ impl Snapshot {
             Some(Ok(())) => Ok(out),
             Some(Err(e)) => Err(SnapshotReadError::Source(e)),
             // Only a read that may not wait gives up.
-            None => Err(SnapshotReadError::Source(ReadError::Io)),
+            None => Err(SnapshotReadError::Source(ReadError::Io(
+                "read gave up".into(),
+            ))),
         }
     }
 
@@ -103,7 +105,9 @@ impl Snapshot {
             Some(Ok(())) => Ok(out),
             Some(Err(e)) => Err(SnapshotReadError::Source(e)),
             // Only a read that may not wait gives up.
-            None => Err(SnapshotReadError::Source(ReadError::Io)),
+            None => Err(SnapshotReadError::Source(ReadError::Io(
+                "read gave up".into(),
+            ))),
         }
     }
 

@@ -3,7 +3,8 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::format::FormatError;
 use crate::index::IndexError;
@@ -102,11 +103,31 @@ impl fmt::Display for PlanError {
 
 impl std::error::Error for PlanError {}
 
-/// Why a read of a source cannot be answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a read of a source cannot be answered, with a message that names the file and the cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadError {
-    /// The source was truncated or modified in place since this version was found.
-    Changed,
+    /// The source was truncated, modified in place or replaced since this version was found.
+    Changed(Arc<str>),
     /// Reading the source failed.
-    Io,
+    Io(Arc<str>),
 }
+
+impl ReadError {
+    pub fn changed(path: &Path, why: impl fmt::Display) -> ReadError {
+        ReadError::Changed(format!("{}: {why}", path.display()).into())
+    }
+
+    pub fn io(path: &Path, why: impl fmt::Display) -> ReadError {
+        ReadError::Io(format!("{}: {why}", path.display()).into())
+    }
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Changed(m) | ReadError::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}

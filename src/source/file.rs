@@ -159,7 +159,7 @@ impl Source {
     /// The SHA-256 of this version's bytes and of each `(start, len)` span of them, from one pass
     /// front to back (`progress` is told the length of each chunk read): [`ReadError::Changed`]
     /// where the file did not hold this version throughout (truncated, rewritten or replaced),
-    /// [`ReadError::Io`] (logged) where reading failed.
+    /// [`ReadError::Io`] where reading failed.
     pub fn sha256(
         &self,
         spans: &[(u64, u64)],
@@ -169,7 +169,7 @@ impl Source {
         let hashed = digest::file(opened.file(), self.len(), spans, progress);
         self.check(&opened, 0, self.len())?;
         if self.moved() {
-            return Err(ReadError::Changed);
+            return Err(ReadError::changed(&self.path, SourceError::Replaced));
         }
         hashed.map_err(|e| self.read_failed(&e))
     }
@@ -321,7 +321,7 @@ impl Source {
                     );
                 }
                 // A path that no longer opens, or holds other bytes: the version read is gone.
-                ReadError::Changed
+                ReadError::changed(&self.path, e)
             })?;
         if new {
             self.sources.track(&self.slot);
@@ -367,16 +367,18 @@ impl Source {
         let now = self.sources.clock().ms();
         self.slot.mark_used(now);
         if len > 0 && !opened.fd.leased(now) && !self.intact(opened, start + len) {
-            return Err(ReadError::Changed);
+            return Err(ReadError::changed(
+                &self.path,
+                "changed in place since it was opened (truncated or rewritten)",
+            ));
         }
         Ok(())
     }
 
     /// The error for a read of this source that failed (a file cut short included: never a
-    /// short reply), logged.
+    /// short reply). Whoever asked for the read reports it.
     pub(super) fn read_failed(&self, e: &std::io::Error) -> ReadError {
-        warn!("{}: read failed: {e}", self.path.display());
-        ReadError::Io
+        ReadError::io(&self.path, format_args!("read failed: {e}"))
     }
 
     /// The mapping of `opened`, made on first call, or `None` for an empty file or one whose

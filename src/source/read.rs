@@ -233,7 +233,10 @@ impl Read<'_> {
             out.extend_from_slice(head);
             out.resize(head.len() + len as usize, 0);
             if !widening.convert(raw, offset, &mut out[head.len()..]) {
-                return Some(Err(ReadError::Io));
+                return Some(Err(ReadError::io(
+                    &self.source.path,
+                    "stored bytes that cannot be widened",
+                )));
             }
             send(out);
             Some(Ok(()))
