@@ -117,7 +117,10 @@ pub struct Open<B> {
     /// Keep the kernel's page cache (and for a directory, its cached listing) across opens.
     pub keep_cache: bool,
     pub cache_dir: bool,
-    /// Reads skip the kernel's page cache (`FOPEN_DIRECT_IO`); mappings still use it.
+    /// Reads skip the kernel's page cache (`FOPEN_DIRECT_IO`); mappings still use it. Only for a
+    /// file of a local source, whose own page cache is then the one copy of its bytes: a source
+    /// on a network or FUSE filesystem may have none (`s3fs`, `sshfs -o direct_io`), and the
+    /// mount's keeps rereads off the network and answers them while the backend stalls.
     pub direct_io: bool,
     /// The backing file the kernel reads a mirrored file from (passthrough), if it does.
     pub backing: Option<Arc<B>>,
@@ -437,6 +440,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             self.lock_handles().insert(fh, (ino, hold));
             let mut open = self.opened(fh, false);
             open.keep_cache &= settled;
+            open.direct_io &= !source.remote;
             return Ok(open);
         }
         let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
@@ -477,6 +481,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             None => {
                 let mut open = self.opened(fh, false);
                 open.keep_cache &= settled;
+                open.direct_io &= !source.remote;
                 open
             }
         };

@@ -249,6 +249,44 @@ fn opens_refuse_writes_directories_and_unknown_inodes() {
 }
 
 #[test]
+fn files_not_passed_through_are_opened_with_direct_io_once_the_kernel_allows_mapping_them() {
+    let d = source();
+    for (tuning, granted, want) in [
+        (Tuning::default(), true, true),
+        // A kernel that would refuse mappings of such files (before 6.6): the page cache.
+        (Tuning::default(), false, false),
+        // -o kernel_cache.
+        (
+            Tuning {
+                direct_io: false,
+                ..Tuning::default()
+            },
+            true,
+            false,
+        ),
+    ] {
+        let (fs, _, _) = mounted(&d, false);
+        let fs = TensorFs::new(fs.ns.clone(), None, tuning);
+        fs.set_direct_io(granted);
+        fs.set_passthrough(false);
+        let b = ino(&fs, "m.tensors/b");
+        let o = open(&fs, b).unwrap();
+        assert_eq!(o.direct_io, want, "tensor, {tuning:?}, granted {granted}");
+        // Mapped pages are still kept across opens.
+        assert!(o.keep_cache);
+        fs.release(b, o.fh);
+        // A mirrored file the kernel does not read itself is served the same way.
+        let m = ino(&fs, "m.safetensors");
+        let o = open(&fs, m).unwrap();
+        assert!(o.backing.is_none());
+        assert_eq!(o.direct_io, want, "mirror, {tuning:?}, granted {granted}");
+        fs.release(m, o.fh);
+        let o = fs.opendir(ROOT).unwrap();
+        assert!(!o.direct_io, "a directory");
+    }
+}
+
+#[test]
 fn the_first_open_of_a_mirrored_file_decides_passthrough_until_its_last_release() {
     let d = source();
     let (fs, _, _) = mounted(&d, false);

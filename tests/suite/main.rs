@@ -8,8 +8,12 @@ mod common;
 
 /// Sources on other FUSE filesystems and network backends.
 mod backends;
+/// Direct I/O and -o kernel_cache: where bytes are cached, mapping clients.
+mod cache;
 /// The command line, daemonising, signals, mount(8) and fstab.
 mod cli;
+/// What the daemon logs: nothing for ordinary calls, one line per failed request.
+mod daemon_log;
 /// Comparing two models: tensormount diff.
 mod diff;
 /// The man page and completions, generated from the command line.
