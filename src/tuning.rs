@@ -14,10 +14,10 @@ pub struct Tuning {
     /// Let the kernel read mirrored whole files straight from their source (FUSE passthrough,
     /// Linux 6.9+, needs CAP_SYS_ADMIN); tensors cannot use it, as it maps offsets 1:1.
     pub passthrough: bool,
-    /// Serve every file that is not passed through with direct I/O (`FOPEN_DIRECT_IO`): reads
-    /// skip the mount's page cache, so the source's is the only one, where the kernel also lets
-    /// such files be mapped (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6+). Off with
-    /// `-o kernel_cache`: the mount's page cache, kept across opens.
+    /// Serve every file of a local source that is not passed through with direct I/O
+    /// (`FOPEN_DIRECT_IO`): reads skip the mount's page cache, so the source's is the only one,
+    /// where the kernel also lets such files be mapped (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6+).
+    /// Off with `-o kernel_cache`: the mount's page cache, kept across opens.
     pub direct_io: bool,
     /// The readahead of the mount's files, in KiB, where the kernel's default is lower: what a
     /// page fault of a client's mapping reads around it, in requests of up to 1 MiB, several in

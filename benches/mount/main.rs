@@ -6,6 +6,7 @@
 //! cargo bench --bench mount -- --quick         small sizes, one run per row (a smoke test)
 //! options: --dir PATH (fixtures go in PATH/tensormount-bench-PID, default $TMPDIR or /tmp)
 //!          --baseline-too (a second table with TENSORMOUNT_TUNING=baseline)
+//!          --kernel-cache-too (a second table with -o kernel_cache on every mount)
 //!          --runs N (measured runs per row; default 5, quick 1)
 //!          --only 1,12 (only these items; the fixtures are all built still)
 //! ```
@@ -24,9 +25,12 @@
 //! 1. `big.weight`, a 1 GiB F16 tensor at a non-page-aligned offset: open + 1 MiB preads of the
 //!    tensor file, first read after a fresh mount (cold) and second read (warm), against 1 MiB
 //!    preads of the source at the tensor's offset.
+//!    Also the page cache the two reads added (`Cached:` of /proc/meminfo after, minus before; the
+//!    source's pages are cached already).
 //! 2. The same tensor mmapped (PROT_READ, MAP_SHARED) with one byte of every 4 KiB page read,
 //!    mapping and unmapping included; cold and warm (a second mapping); baseline: the same on the
-//!    page-aligned window of the source around the tensor.
+//!    page-aligned window of the source around the tensor; and cold against item 1's 1 MiB
+//!    preads of the source (what a reader would do instead).
 //! 3. 4 threads, each reading its own 256 MiB tensor with 1 MiB preads, started together;
 //!    aggregate = 1 GiB / (last finish - first start); baseline: the 4 source ranges.
 //! 4. 20,000 4 KiB preads at random 4 KiB-aligned offsets of the tensor file, 1 thread; cold right
@@ -125,6 +129,8 @@ pub struct Opts {
     pub quick: bool,
     pub dir: PathBuf,
     pub baseline_too: bool,
+    /// `--kernel-cache-too`: a second table with `-o kernel_cache` on every mount.
+    pub kernel_cache_too: bool,
     pub runs: usize,
     pub warmup: usize,
     /// `--only`: the items to run (all when `None`).
@@ -132,7 +138,7 @@ pub struct Opts {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench mount [-- [--quick] [--dir PATH] [--baseline-too] [--runs N] [--only ITEM,...]]"
+    "usage: cargo bench --bench mount [-- [--quick] [--dir PATH] [--baseline-too] [--kernel-cache-too] [--runs N] [--only ITEM,...]]"
 }
 
 fn parse_args() -> Res<Opts> {
@@ -140,6 +146,7 @@ fn parse_args() -> Res<Opts> {
         quick: false,
         dir: std::env::temp_dir(),
         baseline_too: false,
+        kernel_cache_too: false,
         runs: 0,
         warmup: 1,
         only: None,
@@ -149,6 +156,7 @@ fn parse_args() -> Res<Opts> {
         match a.to_str().unwrap_or("") {
             "--quick" => o.quick = true,
             "--baseline-too" => o.baseline_too = true,
+            "--kernel-cache-too" => o.kernel_cache_too = true,
             // cargo bench passes --bench to harness = false targets.
             "--bench" => {}
             "--dir" => o.dir = PathBuf::from(args.next().ok_or("--dir needs a PATH")?),
@@ -275,6 +283,7 @@ fn run() -> Res<()> {
     let runs = opts.runs;
     let warmup = opts.warmup;
     let baseline_too = opts.baseline_too;
+    let kernel_cache_too = opts.kernel_cache_too;
     let mut bench = Bench {
         opts,
         sz,
@@ -306,12 +315,14 @@ fn run() -> Res<()> {
     if bench.python.is_none() {
         println!("note: no Python with safetensors + numpy; the loader rows will fail");
     }
-    let tunings: &[Tuning] = if baseline_too {
-        &[Tuning::Inherited, Tuning::Baseline]
-    } else {
-        &[Tuning::Inherited]
-    };
-    for &tuning in tunings {
+    let mut tunings = vec![Tuning::Inherited];
+    if kernel_cache_too {
+        tunings.push(Tuning::KernelCache);
+    }
+    if baseline_too {
+        tunings.push(Tuning::Baseline);
+    }
+    for tuning in tunings {
         bench.tuning = tuning;
         bench.notes.clear();
         let t = Instant::now();

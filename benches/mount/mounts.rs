@@ -100,6 +100,8 @@ pub fn install_signal_cleanup() {
 pub enum Tuning {
     Inherited,
     Baseline,
+    /// The defaults with `-o kernel_cache` on every mount.
+    KernelCache,
 }
 
 impl Tuning {
@@ -107,6 +109,7 @@ impl Tuning {
         match self {
             Tuning::Inherited => "tuned",
             Tuning::Baseline => "baseline tuning",
+            Tuning::KernelCache => "kernel_cache",
         }
     }
 
@@ -115,6 +118,7 @@ impl Tuning {
             Tuning::Baseline => {
                 "TENSORMOUNT_TUNING=baseline (1 FUSE thread, fuser defaults)".into()
             }
+            Tuning::KernelCache => "-o kernel_cache on every mount (the mount's page cache)".into(),
             Tuning::Inherited => match std::env::var("TENSORMOUNT_TUNING") {
                 Ok(v) => format!("TENSORMOUNT_TUNING={v}"),
                 Err(_) => "daemon defaults (TENSORMOUNT_TUNING unset)".into(),
@@ -135,11 +139,16 @@ impl Mount {
     pub fn new(src: &Path, mnt: &Path, tuning: Tuning, opts: &str) -> Res<Mount> {
         let env: &[(&str, &str)] = match tuning {
             Tuning::Baseline => &[("TENSORMOUNT_TUNING", "baseline")],
-            Tuning::Inherited => &[],
+            Tuning::Inherited | Tuning::KernelCache => &[],
+        };
+        let opts = match (tuning, opts) {
+            (Tuning::KernelCache, "") => "kernel_cache".to_string(),
+            (Tuning::KernelCache, o) => format!("{o},kernel_cache"),
+            (_, o) => o.to_string(),
         };
         // Registered first, so a signal during the mount still unmounts it.
         registry().mounts.push(mnt.to_path_buf());
-        match Mounted::start(src, mnt, opts, env) {
+        match Mounted::start(src, mnt, &opts, env) {
             Ok(m) => {
                 if !m.stderr.is_empty() {
                     eprintln!("daemon: {}", m.stderr.trim());
