@@ -47,8 +47,8 @@ refresh=off\t'how the mount follows SOURCE (default auto: inotify where SOURCE i
 refresh_interval=\t'the polling period, default 30 (fractions allowed)'
 settle=\t'how long a file seen changing in place must stay unchanged before it is interpreted again, default 1'
 source_idle=\t'a source unused for this long is closed, default 30'
-direct_io\t'the default: files the kernel does not read straight from their source (tensor files, views, virtual files) are read with direct I/O, so their bytes are cached once, in the source\'s page cache; mappings still work (Linux 6.6+; older kernels get kernel_cache)'
-kernel_cache\t'those files are cached by the mount too, kept across opens: faster small rereads of the same bytes, at the cost of a second copy of every byte read in the page cache'
+direct_io\t'the default: files the kernel does not read straight from a local source (tensor files, views, virtual files) are read with direct I/O, so their bytes are cached once, in the source\'s page cache (reading a 1 GiB tensor file twice adds 0.8 MiB); first reads as fast as kernel_cache\'s, rereads slower; mappings still work (Linux 6.6+; older kernels get kernel_cache)'
+kernel_cache\t'those files are cached by the mount too, kept across opens: rereads of bytes already read are faster (a 1 GiB tensor file 0.72x the source instead of 0.46x, 4 KiB random rereads 0.74x instead of 0.07x), at the cost of a second copy of every byte read in the page cache (1 GiB for that file)'
 noexec\t'passed to the kernel'
 rw\t'accepted, as mount(8) always passes it: the mount is always read-only'"
 complete -c tensormount -n "__fish_tensormount_needs_command" -s f -l foreground -d 'Stay in the foreground; SIGINT or SIGTERM unmounts and exits. Invoked as `mount.tensormount`, `-f` is mount(8)\'s "fake": exit 0 without mounting'

@@ -217,14 +217,18 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ),
     (
         "direct_io",
-        "the default: files the kernel does not read straight from their source (tensor files, \
+        "the default: files the kernel does not read straight from a local source (tensor files, \
          views, virtual files) are read with direct I/O, so their bytes are cached once, in the \
-         source's page cache; mappings still work (Linux 6.6+; older kernels get kernel_cache)",
+         source's page cache (reading a 1 GiB tensor file twice adds 0.8 MiB); first reads as \
+         fast as kernel_cache's, rereads slower; mappings still work (Linux 6.6+; older kernels \
+         get kernel_cache)",
     ),
     (
         "kernel_cache",
-        "those files are cached by the mount too, kept across opens: faster small rereads of the \
-         same bytes, at the cost of a second copy of every byte read in the page cache",
+        "those files are cached by the mount too, kept across opens: rereads of bytes already read \
+         are faster (a 1 GiB tensor file 0.72x the source instead of 0.46x, 4 KiB random rereads \
+         0.74x instead of 0.07x), at the cost of a second copy of every byte read in the page \
+         cache (1 GiB for that file)",
     ),
     ("noexec", "passed to the kernel"),
     (
