@@ -13,10 +13,8 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::fmt;
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -41,67 +39,6 @@ const CHECK_WAIT: Duration = Duration::from_millis(300);
 
 /// `statfs`: the block size sizes are counted in.
 pub const STATFS_BSIZE: u32 = 4096;
-
-/// Why a request fails; [`fuse`](crate::fuse) gives each its errno, and logs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FsError {
-    /// No such entry, or an inode the daemon does not know.
-    NotFound,
-    NotDir,
-    IsDir,
-    /// An inode that left the tree, a source that changed under a followed mount.
-    Stale(Cause),
-    /// A write, or any change of the tree.
-    ReadOnly,
-    /// `readlink` of something that is not a link.
-    NotLink,
-    /// An extended attribute of a namespace the mount does not serve (`security.`, `trusted.`).
-    OtherNamespace,
-    /// No such extended attribute.
-    NoAttribute,
-    /// `lseek` to data or a hole at or past the end of the file.
-    PastEnd,
-    /// Reading the source failed, or changed under a frozen mount.
-    Io(Cause),
-}
-
-/// What made a request fail with [`FsError::Stale`] or [`FsError::Io`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cause {
-    /// The inode is no longer in the tree (its file changed, or left SOURCE).
-    LeftTree,
-    /// Its source is gone, or now holds another version than the one the tree was built from.
-    Moved(PathBuf),
-    /// A read of its source: the file, and what went wrong.
-    Read(ReadError),
-    /// `-o verify` found the bytes of its source not to be the recorded ones.
-    Mismatch(PathBuf),
-    /// Every read-pool thread is busy and its queue is full.
-    Busy,
-}
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Cause::LeftTree => f.write_str("no longer in the tree"),
-            Cause::Moved(p) => write!(
-                f,
-                "{}: removed or replaced since the tree was built",
-                p.display()
-            ),
-            Cause::Read(e) => write!(f, "{e}"),
-            Cause::Mismatch(p) => write!(
-                f,
-                "{}: not the recorded bytes (SHA-256 mismatch under -o verify)",
-                p.display()
-            ),
-            Cause::Busy => write!(
-                f,
-                "the read pool is full ({READ_THREADS} threads busy, {READ_QUEUE} reads waiting)"
-            ),
-        }
-    }
-}
 
 /// How the operations reach the refresh machinery, when the mount follows its source.
 #[derive(Debug, Clone)]
@@ -749,6 +686,9 @@ fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (In
     Some(dots.into_iter().chain(named))
 }
 
+mod error;
 #[cfg(test)]
 mod tests;
 pub mod xattrs;
+
+pub use error::{Cause, FsError};

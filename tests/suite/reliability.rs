@@ -616,10 +616,18 @@ fn truncated_and_rewritten(live: bool) {
 
     let err = daemon.stop();
     let canonical = fs::canonicalize(&big).unwrap();
-    let naming: Vec<&str> = err
+    // The failed requests are logged too, each naming the source in its cause (rate-limited:
+    // `daemon_log::` checks that); the change itself is one warning per version.
+    let (requests, naming): (Vec<&str>, Vec<&str>) = err
         .lines()
         .filter(|l| l.contains("big.safetensors"))
-        .collect();
+        .partition(|l| l.contains(" failed with E"));
+    assert!(
+        requests
+            .iter()
+            .all(|l| l.contains(&format!(": {}: ", canonical.display()))),
+        "a failed request's line without its source; stderr:\n{err}"
+    );
     // Frozen: one version, one warning. Followed: one per version a read found changed in place
     // (maybe none: an open can also be refused because the file was replaced again meanwhile).
     let warned_enough = live || naming.len() == 1;
