@@ -555,6 +555,15 @@ mod tests {
     }
 
     #[test]
+    fn direct_io_is_the_default_and_the_last_of_direct_io_and_kernel_cache_wins() {
+        assert!(!parse(&[]).unwrap().kernel_cache);
+        assert!(parse(&["ro,kernel_cache"]).unwrap().kernel_cache);
+        assert!(!parse(&["kernel_cache", "direct_io"]).unwrap().kernel_cache);
+        assert!(parse(&["direct_io,kernel_cache"]).unwrap().kernel_cache);
+        assert!(parse(&["kernel_cache=1"]).is_err());
+    }
+
+    #[test]
     fn fstab_and_mount_helper_options_are_accepted() {
         let o = parse(&[
             "rw,dev,suid,nofail,_netdev,defaults,x-systemd.automount,comment=hi,noatime,relatime",
