@@ -179,12 +179,6 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
             .store(ok && self.tuning.direct_io, Ordering::Relaxed);
     }
 
-    /// The error for a read whose source changed under this version: the handle is stale when
-    /// the mount follows its source (a new open sees the new version), EIO when it is frozen.
-    fn changed(&self, cause: Cause) -> FsError {
-        changed(self.live.is_some(), cause)
-    }
-
     /// The node of `ino`: in the current tree, or kept for the kernel.
     fn node(&self, ino: Ino) -> Result<Node, FsError> {
         self.ns.get(ino).ok_or(FsError::NotFound)
@@ -301,6 +295,16 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         }
     }
 
+    /// An open of a file of `source` that the daemon serves: its page cache is kept across opens
+    /// only once `settled` (see [`TensorFs::settled`]), and only a local source's files use
+    /// direct I/O (see [`Open::direct_io`]).
+    fn served(&self, fh: u64, source: &Source, settled: bool) -> Open<B> {
+        let mut open = self.opened(fh, false);
+        open.keep_cache &= settled;
+        open.direct_io &= !source.remote;
+        open
+    }
+
     /// Whether an open of `ino` must be refused as stale: it left the tree, or its source now holds
     /// another version (`moved`, then the tree is brought up to date first). The kernel answers
     /// ESTALE from an open by looking the path up again, which finds the new inode.
@@ -375,10 +379,7 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         let settled = self.settled(source);
         if !mirror {
             self.lock_handles().insert(fh, (ino, hold));
-            let mut open = self.opened(fh, false);
-            open.keep_cache &= settled;
-            open.direct_io &= !source.remote;
-            return Ok(open);
+            return Ok(self.served(fh, source, settled));
         }
         let mut backing = self.backing.lock().unwrap_or_else(PoisonError::into_inner);
         let mode = backing.entry(ino).or_insert_with(|| Mode {
@@ -410,17 +411,10 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
                 if mode.handles == 0 {
                     backing.remove(&ino);
                 }
-                return Err(self.changed(Cause::Read(ReadError::changed(
-                    &source.path,
-                    "changed in place since it was found",
-                ))));
+                let e = ReadError::changed(&source.path, "changed in place since it was found");
+                return Err(changed(self.live.is_some(), Cause::Read(e)));
             }
-            None => {
-                let mut open = self.opened(fh, false);
-                open.keep_cache &= settled;
-                open.direct_io &= !source.remote;
-                open
-            }
+            None => self.served(fh, source, settled),
         };
         drop(backing);
         self.lock_handles().insert(fh, (ino, hold));
@@ -641,7 +635,8 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
     }
 }
 
-/// The error for a read whose source changed under this version (see [`TensorFs::changed`]).
+/// The error for a read whose source changed under this version: the handle is stale when the
+/// mount follows its source (`follow`: a new open sees the new version), EIO when it is frozen.
 fn changed(follow: bool, cause: Cause) -> FsError {
     if follow {
         FsError::Stale(cause)

@@ -3,14 +3,15 @@
 //! `tensormount: model.tensors/w: read of 131072 bytes at 0 failed with EIO: /src/model.safetensors:
 //! read failed: Input/output error`. Errors an operator must see (EIO, ESTALE) are warnings;
 //! the expected ones (a lookup of a name that is not there, an absent xattr) are debug. At most
-//! [`BURST`] lines are written per [`WINDOW`], so a client retrying in a loop cannot flood the
-//! log; the next line after a window in which some were left out says how many.
+//! [`BURST`] lines of each level are written per [`WINDOW`], so a client retrying in a loop cannot
+//! flood the log, and debug lines never crowd out warnings; the next line after a window in which
+//! some were left out says how many.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use log::{Level, log, log_enabled, warn};
+use log::{Level, log, log_enabled};
 
 use crate::fs::FsError;
 use crate::namespace::{Ino, Namespace};
@@ -54,7 +55,9 @@ impl fmt::Display for Op<'_> {
 /// The log of failed requests of one mount.
 pub struct Failures {
     ns: Arc<Namespace>,
-    limit: Mutex<Limit>,
+    /// The rate limits of warnings and of debug lines.
+    warnings: Mutex<Limit>,
+    debug: Mutex<Limit>,
 }
 
 /// The rate limit's state: when the window began, what it let through, what it left out.
@@ -67,13 +70,17 @@ struct Limit {
 
 impl Failures {
     pub fn new(ns: Arc<Namespace>) -> Failures {
-        Failures {
-            ns,
-            limit: Mutex::new(Limit {
+        let limit = || {
+            Mutex::new(Limit {
                 since: Instant::now(),
                 written: 0,
                 left_out: 0,
-            }),
+            })
+        };
+        Failures {
+            ns,
+            warnings: limit(),
+            debug: limit(),
         }
     }
 
@@ -83,8 +90,11 @@ impl Failures {
         if !log_enabled!(level) {
             return;
         }
-        let admitted = self
-            .limit
+        let limit = match level {
+            Level::Warn => &self.warnings,
+            _ => &self.debug,
+        };
+        let admitted = limit
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .admit(Instant::now());
@@ -92,7 +102,8 @@ impl Failures {
             return;
         };
         if left_out > 0 {
-            warn!(
+            log!(
+                level,
                 "{left_out} more failed requests were not logged (at most {BURST} lines per {WINDOW:?})"
             );
         }

@@ -47,18 +47,38 @@ pub fn python_script(py: &Path, script: &str, args: &[&str]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
-    let out = Command::new(py).arg(path).args(args).output().unwrap();
+    run_python(
+        py,
+        &format!("tests/python/{script}"),
+        [path.as_os_str()],
+        args,
+    )
+}
+
+/// Runs `code` with `py -c`, `args` as `sys.argv[1:]`, and returns its stdout, as
+/// [`python_script`] does.
+pub fn python_code(py: &Path, code: &str, args: &[&str]) -> String {
+    run_python(py, "python -c", ["-c".as_ref(), code.as_ref()], args)
+}
+
+fn run_python<'a>(
+    py: &Path,
+    what: &str,
+    first: impl IntoIterator<Item = &'a std::ffi::OsStr>,
+    args: &[&str],
+) -> String {
+    let out = Command::new(py).args(first).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     if let Some(line) = err.lines().find(|l| l.starts_with("ModuleNotFoundError")) {
         panic!(
-            "{} cannot run tests/python/{script} ({line}): `tests/run` installs \
-             tests/python/requirements.txt into .venv",
+            "{} cannot run {what} ({line}): `tests/run` installs tests/python/requirements.txt \
+             into .venv",
             py.display()
         );
     }
     assert!(
         out.status.success(),
-        "{script} {args:?} failed:\n{}\n{err}",
+        "{what} {args:?} failed:\n{}\n{err}",
         String::from_utf8_lossy(&out.stdout),
     );
     String::from_utf8(out.stdout).unwrap()

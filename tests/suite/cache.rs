@@ -8,7 +8,6 @@ use crate::common::*;
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const W_LEN: usize = 8 << 20;
 const PAGE: u64 = 4096;
@@ -95,23 +94,6 @@ fn a_tensor_file_read_twice_is_cached_by_the_mount_only_under_kernel_cache() {
         drop(map);
         m.unmount().unwrap();
     }
-}
-
-/// Runs `code` with `py -c`, with `args` as `sys.argv[1:]`, asserting success; its stdout.
-fn python_code(py: &Path, code: &str, args: &[&str]) -> String {
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(code)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// numpy.memmap and torch.from_file (a private mapping) of a tensor file, numpy.load

@@ -84,19 +84,8 @@ fn ordinary_client_calls_and_expected_failures_log_nothing() {
     for file in ["model.tensors/w", "model.safetensors"] {
         let path = mnt.join(file);
         let size = fs::metadata(&path).unwrap().len().to_string();
-        let out = Command::new(&py)
-            .arg("-c")
-            .arg(CLIENT)
-            .arg(&path)
-            .arg(&size)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() && stdout(&out).trim() == "ok",
-            "{file}: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
+        let out = python_code(&py, CLIENT, &[s(&path), &size]);
+        assert_eq!(out.trim(), "ok", "{file}");
         let head = Command::new("head")
             .args(["-c", "16"])
             .arg(&path)
