@@ -375,6 +375,14 @@ impl Source {
         Ok(())
     }
 
+    /// Runs `send` if the read lease on `opened` is held, keeping it held until `send` returns
+    /// (see [`Descriptor::while_leased`](super::lease::Descriptor::while_leased)).
+    pub(super) fn while_leased<T>(&self, opened: &Opened, send: impl FnOnce() -> T) -> Option<T> {
+        let now = self.sources.clock().ms();
+        self.slot.mark_used(now);
+        opened.fd.while_leased(now, send)
+    }
+
     /// The error for a read of this source that failed (a file cut short included: never a
     /// short reply). Whoever asked for the read reports it.
     pub(super) fn read_failed(&self, e: &std::io::Error) -> ReadError {

@@ -8,7 +8,9 @@
 //! released. The kernel tells the daemon with [`SIGNAL`]; the thread of [`Leases::start`] then marks
 //! every lease being broken as no longer held and releases it, and only then does the writer's
 //! `open` return. So a read that still finds its lease held after taking its bytes took bytes that
-//! no writer had touched.
+//! no writer had touched. A reply sent as a slice of the source's mapping is copied by the kernel
+//! only after the daemon let go of it: [`Descriptor::while_leased`] keeps the lease from being
+//! released until that copy is done, so no writer can cut the file short under it.
 //!
 //! If the daemon cannot answer (stopped with SIGSTOP, under a debugger, starved), the kernel
 //! breaks the lease itself after `fs.lease-break-time` seconds and lets the writer go on. So a
@@ -27,7 +29,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -67,6 +69,8 @@ pub struct Leases {
 pub struct Descriptor {
     pub file: File,
     state: AtomicU8,
+    /// Replies being sent from the mapping under the lease (see [`Descriptor::while_leased`]).
+    sending: AtomicU32,
     leases: Arc<Leases>,
 }
 
@@ -83,6 +87,17 @@ impl Descriptor {
         let awake = self.leases.awake.load(Ordering::SeqCst);
         self.state.load(Ordering::SeqCst) == HELD
             && now.saturating_sub(awake) < self.leases.trusted_ms.load(Ordering::Relaxed)
+    }
+
+    /// Runs `send` if the lease is held at `now` ([`Descriptor::leased`]), and keeps it from
+    /// being released until `send` returns; `None` (and `send` not run) where it is not held.
+    pub fn while_leased<T>(&self, now: u64, send: impl FnOnce() -> T) -> Option<T> {
+        // Counted before the state is read: the lease thread marks the lease released before it
+        // waits for the count, so either this sees it released or the thread sees this count.
+        self.sending.fetch_add(1, Ordering::SeqCst);
+        let sent = self.leased(now).then(send);
+        self.sending.fetch_sub(1, Ordering::SeqCst);
+        sent
     }
 }
 
@@ -110,6 +125,7 @@ impl Leases {
         Descriptor {
             file,
             state: AtomicU8::new(NONE),
+            sending: AtomicU32::new(0),
             leases: self.clone(),
         }
     }
@@ -196,6 +212,11 @@ impl Leases {
                 continue;
             }
             fd.state.store(RELEASED, Ordering::SeqCst);
+            // Replies being sent from the mapping finish first (each one a copy, never a wait
+            // on the writer): the writer must not cut the file short under them.
+            while fd.sending.load(Ordering::SeqCst) > 0 {
+                std::thread::yield_now();
+            }
             sys::release_lease(&fd.file);
             debug!("read lease broken by a writer: released");
         }

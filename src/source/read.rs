@@ -10,8 +10,12 @@
 //! into a buffer, where a file cut short is an error, never a short reply.
 //!
 //! Every read checks that its source still holds the version found (see [`Source::intact`]; free
-//! while a read lease is held): a copy after taking its bytes, a slice of the mapping before the
-//! kernel copies it.
+//! while a read lease is held): a copy after taking its bytes. A slice of a local source's mapping
+//! is sent only while its read lease is held, and the lease is kept until the kernel has copied it
+//! (a writer waits meanwhile): a direct read gets the kernel's failure to copy a page cut off
+//! under it as EIO, with no second try. Without a lease the bytes are copied instead. A remote
+//! source's slice (read into the mount's page cache, where a failed copy is asked for again) is
+//! checked before it is sent.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -165,12 +169,31 @@ impl Read<'_> {
                     if self.wait == Wait::No && !opened.resident(map, at, len) {
                         return None;
                     }
-                    if let Err(e) = source.check(opened, at, len) {
-                        return Some(Err(e));
-                    }
                     let from = (at as usize).min(map.len());
                     let to = at.saturating_add(len).min(map.len() as u64) as usize;
-                    send(&map[from..to]);
+                    let slice = &map[from..to];
+                    let mut send = Some(send);
+                    let mut sent = |s: &[u8]| {
+                        if let Some(f) = send.take() {
+                            f(s);
+                        }
+                    };
+                    if source.remote {
+                        // The mount's page cache: a copy the kernel fails is asked again.
+                        if let Err(e) = source.check(opened, at, len) {
+                            return Some(Err(e));
+                        }
+                        sent(slice);
+                    } else if source.while_leased(opened, || sent(slice)).is_none() {
+                        // No lease, so nothing keeps a writer from cutting the file short
+                        // before the kernel copies the slice, and a direct read would get that
+                        // failure (EIO): copied below instead, and checked after the copy.
+                        return self.copied(head, at, len, |b| {
+                            if let Some(f) = send.take() {
+                                f(b)
+                            }
+                        });
+                    }
                     source.served(opened, len);
                     return Some(Ok(()));
                 }
@@ -179,6 +202,18 @@ impl Read<'_> {
                 None => {}
             }
         }
+        self.copied(head, at, len, send)
+    }
+
+    /// `head`, then the `len` bytes at `at`, copied into a buffer.
+    fn copied(
+        &self,
+        head: &[u8],
+        at: u64,
+        len: u64,
+        send: impl FnOnce(&[u8]),
+    ) -> Option<Result<(), ReadError>> {
+        let (source, opened) = (self.source, self.opened);
         // On a network or FUSE filesystem every byte read ahead is fetched from far away (and a
         // direct_io backend has no page cache to fill): only what was asked is read there.
         if self.wait != Wait::No && head.is_empty() && !source.remote {
