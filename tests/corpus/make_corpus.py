@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the hostile-input corpus used by tests/suite/hostile.rs.
+"""Writes the hostile-input corpus used by tests/suite/hostile/corpus.rs.
 
   make_corpus.py [DIR]          (re)write the corpus into DIR (default: this script's directory)
   make_corpus.py --check [DIR]  check every file against the official `safetensors` package

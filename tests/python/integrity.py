@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixtures and oracle for tensormount's integrity checks (tests/suite/integrity.rs):
+"""Fixtures and oracle for tensormount's integrity checks (tests/suite/integrity/):
 `tensormount verify`, the digests a source records, per-tensor digests and `-o verify`.
 
 Run with the venv python ($TENSORMOUNT_PYTHON), which has safetensors, numpy, torch and
