@@ -7,6 +7,7 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
+use crate::format::Format;
 use crate::namespace::{DEFAULT_SETTLE, Layout};
 use crate::refresh::{self, Mode};
 use crate::widen::Target;
@@ -187,6 +188,11 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          files",
     ),
     (
+        "gguf=on|off",
+        "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
+         stored) and their metadata as user.gguf.* (on, the default); off: plain mirrored files",
+    ),
+    (
         "verify",
         "hash in the background, one file at a time and last in line, every weight file whose \
          SHA-256 SOURCE records; user.tensormount.verified says ok or mismatch, and a mismatched \
@@ -322,8 +328,8 @@ pub struct MountOptions {
     /// `dtype=`: the type narrower floats are widened to.
     pub widen: Option<Target>,
     pub layout: Layout,
-    /// `pickle=`: whether PyTorch checkpoints are read.
-    pub pickle: bool,
+    /// `pickle=off`, `gguf=off`: the formats not read.
+    pub off: Vec<Format>,
     /// `verify`: weight files with a recorded digest are hashed in the background.
     pub verify: bool,
     /// How the mount follows changes of SOURCE.
@@ -348,7 +354,7 @@ impl Default for MountOptions {
             npy: false,
             widen: None,
             layout: Layout::Flat,
-            pickle: true,
+            off: Vec::new(),
             verify: false,
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
@@ -417,13 +423,16 @@ impl MountOptions {
                 },
                 ("layout", Some("flat")) => opts.layout = Layout::Flat,
                 ("layout", Some("tree")) => opts.layout = Layout::Tree,
-                ("pickle", Some("on")) => opts.pickle = true,
-                ("pickle", Some("off")) => opts.pickle = false,
-                ("pickle", _) => {
-                    return Err(format!(
-                        "mount option `{opt}`: the values are `on` and `off`"
-                    ));
-                }
+                (name, value) if let Some(format) = toggled(name) => match value {
+                    Some("on") => opts.off.retain(|f| *f != format),
+                    Some("off") if !opts.off.contains(&format) => opts.off.push(format),
+                    Some("off") => {}
+                    _ => {
+                        return Err(format!(
+                            "mount option `{opt}`: the values are `on` and `off`"
+                        ));
+                    }
+                },
                 ("layout", _) => {
                     return Err(format!(
                         "mount option `{opt}`: the layouts are `flat` and `tree`"
@@ -502,6 +511,11 @@ fn split_options(arg: &str) -> Vec<String> {
     out.push(current);
     out.retain(|s| !s.is_empty());
     out
+}
+
+/// The format whose `-o NAME=on|off` option is `name`.
+fn toggled(name: &str) -> Option<Format> {
+    Format::ALL.into_iter().find(|f| f.toggle() == Some(name))
 }
 
 #[cfg(test)]

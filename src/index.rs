@@ -13,8 +13,6 @@ use std::os::unix::fs::FileExt;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::format::converted_stem;
-
 /// Index files larger than this are refused (the largest public index, 92k tensors, is about 8 MB).
 pub const MAX_INDEX_BYTES: u64 = 32 << 20;
 
@@ -72,37 +70,6 @@ fn name_hash(name: &str) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     name.hash(&mut h);
     h.finish()
-}
-
-/// The name of the merged directory an index file asks for, or `None` if `file_name` is not an index:
-/// `NAME.safetensors.index.json` gives `NAME.tensors`, `NAME.safetensors.index.VARIANT.json` gives
-/// `NAME.VARIANT.tensors` (the name the unsharded `NAME.VARIANT.safetensors` would get).
-pub fn merged_dir_name(file_name: &str) -> Option<String> {
-    let (stem, rest) = file_name
-        .split_once(".safetensors.index.")
-        .or_else(|| file_name.split_once(CHECKPOINT_INDEX))?;
-    if stem.is_empty() {
-        return None;
-    }
-    if rest == "json" {
-        return Some(format!("{stem}.tensors"));
-    }
-    let variant = rest.strip_suffix(".json")?;
-    (!variant.is_empty()).then(|| format!("{stem}.{variant}.tensors"))
-}
-
-/// What names the index of a set of PyTorch checkpoints (`pytorch_model.bin.index.json`).
-const CHECKPOINT_INDEX: &str = ".bin.index.";
-
-/// For the index of a set of PyTorch checkpoints, the name of the index of the safetensors files
-/// they convert to, as Hugging Face names it: `pytorch_model.bin.index.json` gives
-/// `model.safetensors.index.json` (see [`converted_stem`]).
-pub fn converted_index_name(file_name: &[u8]) -> Option<Vec<u8>> {
-    let name = std::str::from_utf8(file_name).ok()?;
-    merged_dir_name(name)?;
-    let (stem, rest) = name.split_once(CHECKPOINT_INDEX)?;
-    let stem = converted_stem(stem.as_bytes());
-    Some([&stem[..], b".safetensors.index.", rest.as_bytes()].concat())
 }
 
 /// Why an index is refused. The message leaves the path out: whoever reports it adds it.
@@ -432,27 +399,6 @@ pub fn metadata_value_text(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merged_names() {
-        assert_eq!(
-            merged_dir_name("model.safetensors.index.json").as_deref(),
-            Some("model.tensors")
-        );
-        assert_eq!(
-            merged_dir_name("model.safetensors.index.fp16.json").as_deref(),
-            Some("model.fp16.tensors")
-        );
-        assert_eq!(
-            merged_dir_name("diffusion_pytorch_model.safetensors.index.json").as_deref(),
-            Some("diffusion_pytorch_model.tensors")
-        );
-        assert_eq!(merged_dir_name("model.safetensors"), None);
-        assert_eq!(merged_dir_name("config.json"), None);
-        assert_eq!(merged_dir_name(".safetensors.index.json"), None);
-        assert_eq!(merged_dir_name("model.safetensors.index..json"), None);
-        assert_eq!(merged_dir_name("model.safetensors.index.json.bak"), None);
-    }
 
     #[test]
     fn parses_weight_map_and_metadata() {

@@ -29,7 +29,10 @@ pub fn table(rows: &[Listed<'_>]) -> String {
                 },
             ];
             if widened {
-                row.extend([r.tensor.dtype_name(), r.tensor.size().to_string()]);
+                row.extend([
+                    r.tensor.dtype_name().to_string(),
+                    r.tensor.size().to_string(),
+                ]);
             }
             row
         })
@@ -64,7 +67,7 @@ pub fn summary(rows: &[Listed<'_>]) -> String {
             acc.1 += params(r);
             acc.2 += r.tensor.size();
         }
-        let d = dtypes.entry(r.tensor.dtype_name()).or_default();
+        let d = dtypes.entry(r.tensor.dtype_name().to_string()).or_default();
         d.0 += 1;
         d.1 += r.tensor.size();
     }
@@ -93,7 +96,7 @@ pub fn summary(rows: &[Listed<'_>]) -> String {
         .map(|r| {
             vec![
                 r.tensor.size().to_string(),
-                r.tensor.dtype_name(),
+                r.tensor.dtype_name().to_string(),
                 r.tensor.shape_json(),
                 printable(&r.tensor.name),
             ]

@@ -78,7 +78,6 @@ mod tests {
             begin: 0,
             end: 0,
             strides: None,
-            unnamed: None,
         }
     }
 

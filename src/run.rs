@@ -71,7 +71,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         npy: opts.npy,
         widen: opts.widen,
         settle: opts.settle,
-        pickle: opts.pickle,
+        off: opts.off.clone(),
     };
     // Every source may hold a descriptor: as many as the hard limit allows.
     let sources = Sources::new(Clock::system(), sys::raise_descriptor_limit());

@@ -21,7 +21,7 @@
 //! their elements are packed in three bytes (the safetensors format leaves it to the producer, and
 //! its Python binding maps them to no type), and a guessed order would give wrong values silently.
 
-use crate::format::Dtype;
+use crate::format::{Block, Dtype};
 
 /// The type narrower floats are presented as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +66,8 @@ enum From {
     /// F4 (E2M1), two elements a byte, the first in the low nibble.
     F4,
     F32,
+    /// Packed blocks, decoded to float32 by their format's decoder (a GGUF quantized type).
+    Block(&'static Block),
 }
 
 impl From {
@@ -75,6 +77,7 @@ impl From {
             From::Bf16 | From::F16 => 2,
             From::Byte(_) | From::F4 => 1,
             From::F32 => 4,
+            From::Block(b) => u64::from(b.bytes),
         }
     }
 
@@ -82,6 +85,7 @@ impl From {
     fn per_group(self) -> u64 {
         match self {
             From::F4 => 2,
+            From::Block(b) => u64::from(b.elements),
             _ => 1,
         }
     }
@@ -117,6 +121,9 @@ impl Widening {
             Dtype::F8_E8M0 => From::Byte(&E8M0),
             Dtype::F4 => From::F4,
             Dtype::F32 if to == Target::F64 => From::F32,
+            Dtype::Block(b) if b.decode.is_some() && b.elements > 0 && b.bytes > 0 => {
+                From::Block(b)
+            }
             _ => return None,
         };
         Some(Widening { from, to })
@@ -269,7 +276,50 @@ impl Widening {
             }
             // The identity (`new` never builds it: F32 is widened only to F64).
             (From::F32, Target::F32) => out.copy_from_slice(&stored[..out.len()]),
+            (From::Block(b), to) => decode_blocks(b, stored, first % b.elements as usize, to, out),
         }
+    }
+}
+
+/// How many elements [`decode_blocks`] decodes at a time (a whole number of blocks of up to 256
+/// elements each, on the stack).
+const DECODED: usize = 4096;
+
+/// Decodes blocks of `b` from the start of `stored` and writes their elements from element `skip`
+/// on to `out` (as many as it holds) as `to`. A block that cannot be decoded gives NaN.
+fn decode_blocks(b: &Block, stored: &[u8], mut skip: usize, to: Target, out: &mut [u8]) {
+    let (per, bytes) = (b.elements as usize, b.bytes as usize);
+    let Some(decode) = b.decode else { return };
+    let w = to.width() as usize;
+    let per_round = (DECODED / per).max(1);
+    let mut values = [0f32; DECODED];
+    let mut out = out;
+    for blocks in stored.chunks(per_round * bytes) {
+        if out.is_empty() {
+            break;
+        }
+        let n = blocks.len() / bytes;
+        let values = &mut values[..(n * per).min(DECODED)];
+        if !decode(b.id, &blocks[..n * bytes], values) {
+            values.fill(f32::NAN);
+        }
+        let values = values.get(skip..).unwrap_or(&[]);
+        skip = 0;
+        let count = values.len().min(out.len() / w);
+        let (now, rest) = out.split_at_mut(count * w);
+        match to {
+            Target::F32 => {
+                for (o, v) in now.chunks_exact_mut(4).zip(values) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Target::F64 => {
+                for (o, v) in now.chunks_exact_mut(8).zip(values) {
+                    o.copy_from_slice(&f64::from(*v).to_le_bytes());
+                }
+            }
+        }
+        out = rest;
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::format::{self, Format};
+use tensormount::format;
 
 fn file() -> &'static File {
     static FILE: OnceLock<File> = OnceLock::new();
@@ -23,7 +23,7 @@ fn file() -> &'static File {
 fuzz_target!(|data: &[u8]| {
     let file = file();
     common::rewrite(file, data);
-    if let Ok(d) = format::describe(Format::Pytorch, file, Path::new("fuzz.pt")) {
+    if let Ok(d) = format::PYTORCH.describe(file, Path::new("fuzz.pt")) {
         pytorch_checks::check(&d, data.len() as u64);
     }
 });

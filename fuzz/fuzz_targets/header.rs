@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let file = file();
     common::rewrite(file, data);
     let path = Path::new("fuzz.safetensors");
-    let ours = format::describe(format::Format::Safetensors, file, path);
+    let ours = format::SAFETENSORS.describe(file, path);
     if crate_would_overflow(data) {
         // The crate's `read_metadata` adds 8 + N + data length unchecked (a panic with overflow
         // checks on, as here): no reference for these. The data cannot fill the file.
@@ -114,11 +114,12 @@ fuzz_target!(|data: &[u8]| {
             )
         });
         assert_eq!(shape, t.shape.iter().map(|&d| d as u64).collect::<Vec<_>>());
-        let dtype: format::Dtype =
-            serde_json::from_value(serde_json::Value::String(t.dtype_name())).unwrap_or_else(|e| {
-                panic!("dtype_name {:?} does not parse back: {e}", t.dtype_name())
-            });
-        assert_eq!(dtype, t.dtype);
+        let dtype: safetensors::Dtype =
+            serde_json::from_value(serde_json::Value::String(t.dtype_name().into()))
+                .unwrap_or_else(|e| {
+                    panic!("dtype_name {:?} does not parse back: {e}", t.dtype_name())
+                });
+        assert_eq!(format::Dtype::from(dtype), t.dtype);
     }
     assert_eq!(next, data_len, "tensors do not fill the data");
 });

@@ -30,7 +30,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tensormount::clock::Clock;
-use tensormount::format::{self, Format};
+use tensormount::format;
 use tensormount::names;
 use tensormount::namespace::{
     Content, Kind, Layout, NotReadable, Options, ROOT, Snapshot, SnapshotReadError, Writer,
@@ -182,7 +182,7 @@ fuzz_target!(|data: &[u8]| {
         // With both views, float tensors are widened too (every selector bit is taken).
         widen: (selector & 0x60 == 0x60).then_some(Target::F32),
         settle: std::time::Duration::from_secs(3600),
-        pickle: true,
+        off: Vec::new(),
     };
     let sources = Sources::new(Clock::system(), 1024);
     let lenient = Writer::build(&sources, &source, &options);
@@ -199,7 +199,7 @@ fuzz_target!(|data: &[u8]| {
     if layout == 0 {
         // A single file builds exactly when its header is valid.
         let file = fs::File::open(&source).unwrap();
-        let header = format::describe(Format::Safetensors, &file, &source);
+        let header = format::SAFETENSORS.describe(&file, &source);
         assert_eq!(header.is_ok(), lenient.is_ok(), "{header:?} / {lenient:?}");
         assert_eq!(header.is_ok(), strict.is_ok());
     }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::format::{self, Format};
+use tensormount::format;
 
 /// The legacy format's first three pickles: the magic number, 1001, `{}`.
 const PREFIX: &[u8] =
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let mut bytes = PREFIX.to_vec();
     bytes.extend_from_slice(data);
     common::rewrite(file, &bytes);
-    if let Ok(d) = format::describe(Format::Pytorch, file, Path::new("fuzz.pt")) {
+    if let Ok(d) = format::PYTORCH.describe(file, Path::new("fuzz.pt")) {
         pytorch_checks::check(&d, bytes.len() as u64);
     }
 });

@@ -269,7 +269,7 @@ impl Counter {
     /// to float64); `None` for any other.
     fn new(item: &Item) -> Option<Counter> {
         let tensor = &item.tensor;
-        if tensor.unnamed.is_some() {
+        if tensor.file_only() {
             return None;
         }
         let widen = match tensor.dtype {

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{Format, Tensor, converted_stem};
+use crate::format::{Format, Tensor, conversion_key};
 use crate::namespace::{Content, Snapshot};
 use crate::source::Source;
 
@@ -23,7 +23,7 @@ pub struct Item {
 impl Item {
     /// Its dtype and shape, as they are compared.
     pub fn kind(&self) -> (String, &[usize]) {
-        (self.tensor.dtype_name(), &self.tensor.shape)
+        (self.tensor.dtype_name().to_string(), &self.tensor.shape)
     }
 }
 
@@ -116,7 +116,7 @@ fn keyed(kept: Vec<(&String, &Dir)>) -> Vec<Unit> {
     let converted = |path: &str| {
         let base = path.strip_suffix(TENSORS).unwrap_or(path);
         let (parent, last) = split_last(base);
-        let last = String::from_utf8_lossy(&converted_stem(last.as_bytes())).into_owned();
+        let last = String::from_utf8_lossy(&conversion_key(last.as_bytes())).into_owned();
         join(parent, &last)
     };
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
@@ -181,7 +181,7 @@ fn join(parent: &str, name: &str) -> String {
 pub fn file_key(path: &Path) -> Option<String> {
     let name = path.file_name()?;
     let (_, stem) = Format::of(name.as_bytes())?;
-    Some(String::from_utf8_lossy(&converted_stem(stem)).into_owned())
+    Some(String::from_utf8_lossy(&conversion_key(stem)).into_owned())
 }
 
 /// The units of A and B paired: when each side has exactly one, those two whatever their keys

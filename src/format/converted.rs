@@ -17,16 +17,6 @@ const METADATA: (&str, &str) = ("format", "pt");
 /// The header length prefix and the header's alignment, as the official writer has them.
 const PREFIX_LEN: usize = 8;
 
-/// The stem Hugging Face gives the safetensors conversion of a checkpoint whose stem is `stem`:
-/// `pytorch_model` becomes `model` (shards and variants keep the rest of their name); anything
-/// else is kept.
-pub fn converted_stem(stem: &[u8]) -> Vec<u8> {
-    match stem.strip_prefix(b"pytorch_model") {
-        Some(rest) => [b"model", rest].concat(),
-        None => stem.to_vec(),
-    }
-}
-
 /// A virtual safetensors file: its header (length prefix included), then each tensor's bytes in
 /// order.
 #[derive(Debug)]
@@ -52,7 +42,12 @@ impl Converted {
     /// crate's reason for refusing it.
     pub fn of(state_dict: &[(Arc<str>, Arc<Tensor>)]) -> Result<Converted, String> {
         let mut sorted: Vec<&(Arc<str>, Arc<Tensor>)> = state_dict.iter().collect();
-        sorted.sort_by(|(a, x), (b, y)| y.dtype.cmp(&x.dtype).then(a.cmp(b)));
+        sorted.sort_by(|(a, x), (b, y)| {
+            y.dtype
+                .safetensors()
+                .cmp(&x.dtype.safetensors())
+                .then(a.cmp(b))
+        });
         let mut infos = Vec::with_capacity(sorted.len());
         let mut parts = Vec::with_capacity(sorted.len());
         let mut offset: u64 = 0;
@@ -61,10 +56,16 @@ impl Converted {
                 .checked_add(tensor.size())
                 .ok_or("the tensors' total size overflows")?;
             let to_usize = |n: u64| usize::try_from(n).map_err(|_| "a tensor too large");
+            let dtype = tensor.dtype.safetensors().ok_or_else(|| {
+                format!(
+                    "{name} is {}, which safetensors has no dtype for",
+                    tensor.dtype
+                )
+            })?;
             infos.push((
                 name.to_string(),
                 TensorInfo {
-                    dtype: tensor.dtype,
+                    dtype,
                     shape: tensor.shape.to_vec(),
                     data_offsets: (to_usize(offset)?, to_usize(end)?),
                 },
@@ -119,7 +120,6 @@ mod tests {
             begin,
             end: begin + size,
             strides: None,
-            unnamed: None,
         })
     }
 
@@ -138,8 +138,12 @@ mod tests {
             .iter()
             .map(|(name, t)| {
                 let bytes: &'static [u8] = Box::leak(vec![0u8; t.size() as usize].into());
-                let view = ::safetensors::tensor::TensorView::new(t.dtype, t.shape.to_vec(), bytes)
-                    .unwrap();
+                let view = ::safetensors::tensor::TensorView::new(
+                    t.dtype.safetensors().unwrap(),
+                    t.shape.to_vec(),
+                    bytes,
+                )
+                .unwrap();
                 (name.to_string(), view)
             })
             .collect();

@@ -4,51 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use ::safetensors::Dtype;
-
-/// A format whose files the mount interprets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// `NAME.safetensors`.
-    Safetensors,
-    /// A PyTorch checkpoint written by `torch.save` (zip or legacy pickle): `NAME.bin`,
-    /// `NAME.pt`, `NAME.pth`, `NAME.ckpt`.
-    Pytorch,
-}
-
-impl Format {
-    /// Every format, in the order their readers are tried for a name.
-    pub const ALL: [Format; 2] = [Format::Safetensors, Format::Pytorch];
-
-    /// The suffixes of PyTorch checkpoints.
-    const PYTORCH: [&'static [u8]; 4] = [b".bin", b".pt", b".pth", b".ckpt"];
-
-    /// The format a file's name says, with the stem its tensor directory is named after
-    /// (`model.safetensors` gives `model`, hence `model.tensors/`).
-    pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
-        if let Some(stem) = file_name.strip_suffix(b".safetensors") {
-            return Some((Format::Safetensors, stem));
-        }
-        Format::PYTORCH
-            .iter()
-            .find_map(|suffix| file_name.strip_suffix(*suffix))
-            .filter(|stem| !stem.is_empty())
-            .map(|stem| (Format::Pytorch, stem))
-    }
-
-    /// Its index in [`Format::ALL`].
-    pub fn index(self) -> usize {
-        match self {
-            Format::Safetensors => 0,
-            Format::Pytorch => 1,
-        }
-    }
-}
+use super::dtype::Dtype;
 
 /// A file's tensors and metadata, as its format's reader found them.
 #[derive(Debug)]
 pub struct Description {
-    pub format: Format,
     /// What the reader found the file to be: `safetensors`, `pytorch-zip` or `pytorch-legacy`
     /// (the `user.tensormount.format` xattr).
     pub kind: &'static str,
@@ -88,11 +48,6 @@ pub struct Tensor {
     /// Its elements are gathered on read. Every element lies within the file (checked by the
     /// reader).
     pub strides: Option<Box<[u64]>>,
-    /// For an element type safetensors has no name for (a checkpoint's complex32 or complex128):
-    /// the name tensormount gives it (`C32`, `C128`) and its size in bytes. `dtype` is then `U8`,
-    /// the type of its bytes taken one by one, and the tensor is a file only: no NPY view, no
-    /// widening, no place in a conversion.
-    pub unnamed: Option<(&'static str, u64)>,
 }
 
 impl Tensor {
@@ -101,21 +56,25 @@ impl Tensor {
         self.end - self.begin
     }
 
-    /// The dtype as the header spells it (`BF16`, `F8_E4M3`, ...), or the name of an element type
-    /// safetensors has none for.
-    pub fn dtype_name(&self) -> String {
-        match self.unnamed {
-            Some((name, _)) => name.to_string(),
-            None => format!("{:?}", self.dtype),
+    /// The dtype as its format spells it (`BF16`, `F8_E4M3`, `C128`, `Q4_K`, ...).
+    pub fn dtype_name(&self) -> &'static str {
+        self.dtype.name()
+    }
+
+    /// The size of one element in bytes (1 for the sub-byte dtypes, whose elements are packed;
+    /// a block's size for a block type).
+    pub fn element_size(&self) -> u64 {
+        match self.dtype.group() {
+            (1, bytes) => bytes,
+            (_, bytes) if matches!(self.dtype, Dtype::Block(_)) => bytes,
+            _ => 1,
         }
     }
 
-    /// The size of one element in bytes (1 for the sub-byte dtypes, whose elements are packed).
-    pub fn element_size(&self) -> u64 {
-        match self.unnamed {
-            Some((_, size)) => size,
-            None => (self.dtype.bitsize() / 8).max(1) as u64,
-        }
+    /// Whether the tensor is a file only: its type has no safetensors name, so it has no NPY
+    /// view, no widening unless its format decodes it, and no place in a conversion as stored.
+    pub fn file_only(&self) -> bool {
+        self.dtype.safetensors().is_none()
     }
 
     /// The shape as a JSON array without spaces, e.g. `[4096,11008]`.

@@ -80,12 +80,11 @@ impl Entries {
             .map(|(name, info)| {
                 Arc::new(Tensor {
                     name: Arc::from(name.as_str()),
-                    dtype: info.dtype,
+                    dtype: info.dtype.into(),
                     shape: info.shape.clone().into_boxed_slice(),
                     begin: info.data_offsets.0 as u64,
                     end: info.data_offsets.1 as u64,
                     strides: None,
-                    unnamed: None,
                 })
             })
             .collect();

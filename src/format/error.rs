@@ -10,7 +10,7 @@ use ::safetensors::SafeTensorError;
 /// Length of the little-endian header-length prefix of a safetensors file.
 pub(super) const PREFIX_LEN: u64 = 8;
 
-/// Why a file is not a valid safetensors file.
+/// Why a file is not a valid file of its format.
 #[derive(Debug)]
 pub enum FormatError {
     /// The file could not be read.
@@ -35,6 +35,8 @@ pub enum FormatError {
         what: String,
         cut_short: bool,
     },
+    /// A GGUF file that breaks a rule of its format.
+    Gguf(PathBuf, super::gguf::GgufError),
     /// Not a checkpoint of a kind tensormount reads (a `.bin` of something else, by its first
     /// bytes): mirrored as it is, and no error.
     Foreign(PathBuf),
@@ -181,6 +183,7 @@ impl FormatError {
                 };
                 format!("{what}{guess} [{rule}]")
             }
+            FormatError::Gguf(_, e) => format!("not a valid GGUF file: {e} [{}]", e.rule()),
             FormatError::Foreign(_) => "not a PyTorch checkpoint".into(),
         }
     }
@@ -198,6 +201,7 @@ impl FormatError {
             FormatError::Invalid(_, e, _) => Some(rule_name(e)),
             FormatError::Short { .. } => Some("MetadataIncompleteBuffer".into()),
             FormatError::Checkpoint { rule, .. } => Some((*rule).into()),
+            FormatError::Gguf(_, e) => Some(e.rule().into()),
             FormatError::Foreign(_) => None,
         }
     }
@@ -208,6 +212,7 @@ impl FormatError {
             | FormatError::Invalid(p, ..)
             | FormatError::Short { path: p, .. }
             | FormatError::Checkpoint { path: p, .. }
+            | FormatError::Gguf(p, _)
             | FormatError::Foreign(p) => p,
         }
     }
@@ -215,6 +220,9 @@ impl FormatError {
     /// Whether the file ends too soon for the length prefix, the header, or the data: what a file
     /// still being written looks like.
     pub fn cut_short(&self) -> bool {
+        if let FormatError::Gguf(_, e) = self {
+            return e.cut_short();
+        }
         matches!(
             self,
             FormatError::Short { .. }

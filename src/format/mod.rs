@@ -5,7 +5,9 @@
 //!   and metadata), and which format a file's name says;
 //! - [`converted`]: the safetensors file a checkpoint of another format converts to, laid out
 //!   as the official writer lays it out;
-//! - [`reader`]: the boundary: one function that reads a file of any format;
+//! - [`formats`]: the boundary: each format one value ([`Format`]) that declares its names, its
+//!   reader, its conversion and where its errors and metadata are shown;
+//! - [`dtype`]: the element types of every format, packed blocks included;
 //! - [`safetensors`]: the safetensors reader, validated by the official crate, with [`entries`],
 //!   its one-pass reader of the header's JSON;
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
@@ -14,13 +16,16 @@
 
 mod converted;
 mod description;
+mod dtype;
 mod entries;
 mod error;
+mod formats;
+pub mod gguf;
 mod pytorch;
-mod reader;
 mod safetensors;
 
-pub use converted::{Converted, Part, converted_stem};
-pub use description::{Description, Dtype, Format, Tensor};
+pub use converted::{Converted, Part};
+pub use description::{Description, Tensor};
+pub use dtype::{Block, Dtype};
 pub use error::{Accident, FormatError, rule_name};
-pub use reader::describe;
+pub use formats::{Format, GGUF, IndexName, PYTORCH, SAFETENSORS, conversion_key};

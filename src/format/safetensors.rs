@@ -13,7 +13,7 @@ use std::path::Path;
 
 use ::safetensors::SafeTensorError;
 
-use super::description::{Description, Format};
+use super::description::Description;
 use super::entries::Entries;
 use super::error::{Accident, FormatError, PREFIX_LEN};
 
@@ -95,7 +95,6 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
     }
     Ok(Description {
-        format: Format::Safetensors,
         kind: "safetensors",
         data_start,
         tensors,
@@ -118,7 +117,7 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Dtype, rule_name};
+    use crate::format::rule_name;
     use crate::testing::TempDir;
     use std::io::{self, Write};
     use std::path::PathBuf;
@@ -178,7 +177,7 @@ mod tests {
             E::InvalidOffset("t".into()),
             E::IoError(io::Error::other("x")),
             E::JsonError(json()),
-            E::InvalidTensorView(Dtype::U8, vec![1], 1),
+            E::InvalidTensorView(::safetensors::Dtype::U8, vec![1], 1),
             E::MetadataIncompleteBuffer,
             E::ValidationOverflow,
             E::MisalignedSlice,
@@ -327,7 +326,7 @@ mod tests {
         let tensors = h.tensors.iter().map(|t| {
             (
                 t.name.to_string(),
-                t.dtype_name(),
+                t.dtype_name().to_string(),
                 t.shape_json(),
                 t.begin,
                 t.end,

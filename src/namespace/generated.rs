@@ -28,7 +28,7 @@ use super::scan::{self, Flux};
 use super::sets::{self, Merged, SetError, Shard};
 use super::snapshot::Snapshot;
 use super::xattrs;
-use crate::format::{Format, converted_stem};
+use crate::format::{Format, IndexName};
 use crate::index::{self, Plan};
 use crate::parallel;
 use crate::source::{Parse, Source, Warning};
@@ -164,13 +164,14 @@ impl Step<'_> {
         !self.never && !scan::is_partial(name)
     }
 
-    /// The merged directory an index of this name asks for (a PyTorch index only while
-    /// checkpoints are read).
+    /// The merged directory an index of this name asks for (only while its shards' format is
+    /// read).
     fn merged_dir(&self, name: &[u8]) -> Option<String> {
-        let name = std::str::from_utf8(name).ok()?;
-        let dir = index::merged_dir_name(name)?;
-        let checkpoints = index::converted_index_name(name.as_bytes()).is_some();
-        (self.policy.options.pickle || !checkpoints).then_some(dir)
+        let index = IndexName::of(name)?;
+        self.policy
+            .options
+            .reads(index.format)
+            .then_some(index.merged_dir)
     }
 
     /// What a file of this name is read as ahead of use, if anything.
@@ -231,7 +232,7 @@ impl Step<'_> {
                         }
                         // A checkpoint without tensors (training arguments, an optimizer's
                         // hyperparameters) gets no empty directory.
-                        if format == Format::Safetensors || !d.tensors.is_empty() {
+                        if format.native() || !d.tensors.is_empty() {
                             wants.push(Want {
                                 file: i,
                                 dir: [stem, b".tensors"].concat(),
@@ -241,7 +242,7 @@ impl Step<'_> {
                         match source.converted(format) {
                             Some(Ok(_)) => wants.push(Want {
                                 file: i,
-                                dir: converted_name(stem),
+                                dir: format.converted_name(stem).unwrap_or_default(),
                                 what: Wanted::Converted(format),
                             }),
                             Some(Err(why)) if !d.tensors.is_empty() => {
@@ -269,7 +270,7 @@ impl Step<'_> {
                     dir: dir.into_bytes(),
                     what: Wanted::Set,
                 });
-                if let Some(converted) = index::converted_index_name(name) {
+                if let Some(converted) = IndexName::of(name).and_then(|i| i.converted) {
                     wants.push(Want {
                         file: i,
                         dir: converted,
@@ -441,7 +442,11 @@ impl Step<'_> {
         let json = metadata
             .clone()
             .map(|m| layout::metadata_json(&Value::Object(m)));
+        let Some(format) = IndexName::of(name).map(|i| i.format) else {
+            return Ok(None);
+        };
         let xattrs = xattrs::metadata_xattrs(
+            format,
             metadata
                 .iter()
                 .flatten()
@@ -557,13 +562,6 @@ impl Step<'_> {
     }
 }
 
-/// The name Hugging Face gives the safetensors conversion of a checkpoint whose stem is `stem`:
-/// `pytorch_model` becomes `model` (shards and variants keep the rest of their name), anything
-/// else keeps its stem; then `.safetensors`.
-fn converted_name(stem: &[u8]) -> Vec<u8> {
-    [&converted_stem(stem)[..], b".safetensors"].concat()
-}
-
 /// The index of the safetensors files a set of checkpoints converts to, named `name`: the index
 /// `source` with each shard named by its conversion, as `transformers` writes an index (sorted
 /// keys, two-space indent, a final newline). Shown only while every shard converts.
@@ -578,7 +576,7 @@ fn converted_index(name: Arc<[u8]>, source: &Arc<Source>, merged: &Merged) -> Op
         .into_iter()
         .map(|(tensor, shard)| {
             let file = match Format::of(shard.as_bytes()) {
-                Some((_, stem)) => converted_name(stem),
+                Some((f, stem)) => f.converted_name(stem).unwrap_or_else(|| shard.into_bytes()),
                 None => shard.into_bytes(),
             };
             (
@@ -658,6 +656,7 @@ pub fn file_tensors(
         .as_ref()
         .map(|m| layout::metadata_json(&serde_json::json!(m)));
     let xattrs = xattrs::metadata_xattrs(
+        format,
         described
             .metadata
             .iter()
@@ -693,29 +692,4 @@ fn tensor_entries(
         .checked_sub(count)
         .ok_or_else(|| BuildError::TooManyNodes(origin.into()))?;
     Ok(children)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::converted_name;
-
-    #[test]
-    fn conversions_are_named_as_hugging_face_names_them() {
-        for (stem, want) in [
-            ("pytorch_model", "model.safetensors"),
-            (
-                "pytorch_model-00001-of-00003",
-                "model-00001-of-00003.safetensors",
-            ),
-            ("pytorch_model.fp16", "model.fp16.safetensors"),
-            (
-                "diffusion_pytorch_model",
-                "diffusion_pytorch_model.safetensors",
-            ),
-            ("last", "last.safetensors"),
-        ] {
-            let got = converted_name(stem.as_bytes());
-            assert_eq!(String::from_utf8_lossy(&got), want, "{stem}");
-        }
-    }
 }

@@ -169,9 +169,7 @@ fn add_npy_views(
     for &(leaf_name, (tensor, src)) in leaves {
         let widen = widening(options, tensor);
         let (dtype, presented) = presented(tensor, widen);
-        let header = tensor
-            .unnamed
-            .is_none()
+        let header = (!tensor.file_only() || widen.is_some())
             .then(|| npy::header_as(dtype, tensor))
             .flatten();
         let Some(header) = header else {
@@ -204,9 +202,6 @@ fn add_npy_views(
 
 /// How `-o dtype=` presents `tensor`: widened, or as stored (`None`).
 fn widening(options: &Options, tensor: &Tensor) -> Option<Widening> {
-    if tensor.unnamed.is_some() {
-        return None;
-    }
     Widening::new(tensor.dtype, options.widen?)
 }
 

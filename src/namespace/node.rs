@@ -161,8 +161,8 @@ impl Node {
 /// the stored one as [`Tensor::dtype_name`] spells it.
 pub fn presented_name(tensor: &Tensor, widen: Option<Widening>) -> String {
     match widen {
-        Some(w) => format!("{:?}", w.target().dtype()),
-        None => tensor.dtype_name(),
+        Some(w) => w.target().dtype().name().to_string(),
+        None => tensor.dtype_name().to_string(),
     }
 }
 

@@ -25,9 +25,9 @@ pub struct Options {
     pub widen: Option<Target>,
     /// A file seen changing in place is interpreted only once unchanged for this long.
     pub settle: Duration,
-    /// Read PyTorch checkpoints (`-o pickle=on`, the default): their tensor directories and the
-    /// safetensors files they convert to. Off, they are plain mirrored files.
-    pub pickle: bool,
+    /// The formats turned off (`-o pickle=off`, `-o gguf=off`): their files are plain mirrored
+    /// files, with no tensor directory and no conversion.
+    pub off: Vec<Format>,
 }
 
 impl Default for Options {
@@ -38,7 +38,7 @@ impl Default for Options {
             npy: false,
             widen: None,
             settle: DEFAULT_SETTLE,
-            pickle: true,
+            off: Vec::new(),
         }
     }
 }
@@ -46,7 +46,12 @@ impl Default for Options {
 impl Options {
     /// The format a file's name says, with its stem (see [`Format::of`]), among the formats read.
     pub fn format_of<'a>(&self, file_name: &'a [u8]) -> Option<(Format, &'a [u8])> {
-        Format::of(file_name).filter(|(f, _)| self.pickle || *f != Format::Pytorch)
+        Format::of(file_name).filter(|(f, _)| self.reads(*f))
+    }
+
+    /// Whether files of `format` are interpreted.
+    pub fn reads(&self, format: Format) -> bool {
+        !self.off.contains(&format)
     }
 }
 

@@ -10,8 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use crate::format::IndexName;
 use crate::format::{Description, Format, Tensor};
-use crate::index::{Index, Plan, converted_index_name};
+use crate::index::{Index, Plan};
 use crate::source::{PlanError, Source};
 
 /// A tensor with the source it is served from.
@@ -30,10 +31,7 @@ pub struct Shard<'a> {
 /// the formats read): a safetensors index's shards are safetensors files, a PyTorch index's
 /// (`*.bin.index*.json`) checkpoints.
 pub fn shard_format(index: &[u8], named: Option<Format>) -> Option<Format> {
-    let kind = match converted_index_name(index) {
-        Some(_) => Format::Pytorch,
-        None => Format::Safetensors,
-    };
+    let kind = IndexName::of(index)?.format;
     named.filter(|f| *f == kind)
 }
 
@@ -140,8 +138,8 @@ pub fn check<'a>(
     let mut entries = Vec::new();
     let mut shards = Vec::with_capacity(plan.shards.len());
     for (shard, &wanted) in &plan.shards {
-        let (source, parsed) = usable(shard, file(shard))?;
-        if source.digest(parsed.format) != wanted {
+        let (source, format, parsed) = usable(shard, file(shard))?;
+        if source.digest(format) != wanted {
             // Some tensor is where the index does not say: find it.
             return Err(match full().map(|idx| check_full(&idx, file)) {
                 Ok(Err(e)) => e,
@@ -160,7 +158,7 @@ pub fn check<'a>(
 fn usable<'a>(
     shard: &str,
     f: Option<Shard<'a>>,
-) -> Result<(&'a Arc<Source>, &'a Arc<Description>), SetError> {
+) -> Result<(&'a Arc<Source>, Format, &'a Arc<Description>), SetError> {
     let Some(f) = f else {
         return Err(SetError::ShardMissing(shard.to_string()));
     };
@@ -171,7 +169,7 @@ fn usable<'a>(
         return Err(SetError::ShardSettling(shard.to_string()));
     }
     match f.source.describe(format) {
-        Ok(parsed) => Ok((f.source, parsed)),
+        Ok(parsed) => Ok((f.source, format, parsed)),
         Err(_) => Err(SetError::ShardInvalid(shard.to_string())),
     }
 }
@@ -186,7 +184,7 @@ fn check_full<'a>(
         if shards.contains_key(shard.as_str()) {
             continue;
         }
-        let (source, _) = usable(shard, file(shard))?;
+        let (source, _, _) = usable(shard, file(shard))?;
         shards.insert(shard.as_str(), source);
     }
     // Every tensor of a shard is listed for that shard...

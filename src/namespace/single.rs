@@ -21,7 +21,7 @@ use crate::source::{Registry, Source, Version, Warning};
 /// The format SOURCE is read as: the one its name says, else safetensors.
 pub fn format_of(source: &Source) -> Format {
     let name = source.path.file_name().unwrap_or_default();
-    Format::of(std::os::unix::ffi::OsStrExt::as_bytes(name)).map_or(Format::Safetensors, |(f, _)| f)
+    Format::for_source(std::os::unix::ffi::OsStrExt::as_bytes(name))
 }
 
 /// The root of a single-file mount and its entries.

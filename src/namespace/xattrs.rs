@@ -9,8 +9,7 @@ use log::debug;
 
 use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::digest::{Sha256, hex};
-use crate::format::{Format, Tensor};
-use crate::index::converted_index_name;
+use crate::format::{Dtype, Format, IndexName, Tensor};
 use crate::source::Source;
 use crate::widen::Widening;
 
@@ -21,10 +20,6 @@ pub const XATTR_LIST_MAX: usize = 65536;
 
 /// The namespace of the attributes of tensors, their directories and mirrored files.
 pub const PREFIX: &str = "user.safetensors.";
-
-/// The namespace of what tensormount itself says of a file: the format it read a checkpoint as,
-/// what a converted file was converted from, why a checkpoint is not converted.
-pub const OWN_PREFIX: &str = "user.tensormount.";
 
 /// What a tensor file's attributes are made from.
 struct TensorFile<'a> {
@@ -48,7 +43,9 @@ const TENSOR: &[(&str, Value)] = &[
     }),
     // Offsets into a safetensors header's data buffer: safetensors files only.
     ("user.safetensors.data_offsets", |t| {
-        (t.source.format() == Some(Format::Safetensors))
+        t.source
+            .format()
+            .is_some_and(Format::native)
             .then(|| format!("[{},{}]", t.tensor.begin, t.tensor.end).into_bytes())
     }),
     // Where the bytes lie in the source: only for a tensor stored as one stretch.
@@ -70,10 +67,15 @@ const TENSOR: &[(&str, Value)] = &[
         (t.tensor.name.len() <= XATTR_SIZE_MAX).then(|| t.tensor.name.as_bytes().to_vec())
     }),
     ("user.safetensors.source_dtype", |t| {
-        t.widen.map(|_| t.tensor.dtype_name().into_bytes())
+        t.widen.map(|_| t.tensor.dtype_name().as_bytes().to_vec())
     }),
     ("user.safetensors.npy_header_len", |t| {
         t.npy_header.map(|n| n.to_string().into_bytes())
+    }),
+    // The elements and bytes of a block of a packed block type (a GGUF quantized type).
+    ("user.gguf.block", |t| match t.tensor.dtype {
+        Dtype::Block(b) => Some(format!("[{},{}]", b.elements, b.bytes).into_bytes()),
+        _ => None,
     }),
     // The kind of checkpoint, for tensors of a format other than safetensors.
     ("user.tensormount.format", |t| {
@@ -85,7 +87,8 @@ const TENSOR: &[(&str, Value)] = &[
 ];
 
 /// A mirrored file's attribute: why it is not interpreted as its name says.
-const ERROR: &str = "error";
+/// The error attribute of a file no format claims.
+const DEFAULT_ERROR: &str = "user.safetensors.error";
 
 /// A mirrored weight file's attribute: the SHA-256 SOURCE records for it (see
 /// [`Source::recorded`]).
@@ -129,7 +132,7 @@ impl Node {
         match &self.content {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
             Content::Mirror { error, source } => {
-                let error = error.as_ref().map(|_| error_name(&self.name));
+                let error = error.as_ref().map(|_| error_name(&self.name).to_string());
                 let recorded = recorded(source).map(|_| RECORDED.to_string());
                 error.into_iter().chain(recorded).collect()
             }
@@ -173,21 +176,25 @@ fn recorded(source: &Source) -> Option<&Sha256> {
 }
 
 /// The attribute that says why the mirrored file `file_name` is not interpreted as its name says:
-/// in tensormount's own namespace for a PyTorch checkpoint or the index of a set of them, in
-/// safetensors' for a safetensors file or index.
-fn error_name(file_name: &[u8]) -> String {
-    let own = Format::of(file_name).is_some_and(|(f, _)| f == Format::Pytorch)
-        || converted_index_name(file_name).is_some();
-    format!("{}{ERROR}", if own { OWN_PREFIX } else { PREFIX })
+/// where the format of the file (or of the shards of the index) shows its errors.
+fn error_name(file_name: &[u8]) -> &'static str {
+    let format = Format::of(file_name)
+        .map(|(f, _)| f)
+        .or_else(|| IndexName::of(file_name).map(|i| i.format));
+    format.map_or(DEFAULT_ERROR, Format::error_xattr)
 }
 
-/// `user.safetensors.metadata.KEY` for each metadata entry the kernel can carry (name, value and
-/// list limits): the xattrs of a tensor directory.
-pub fn metadata_xattrs<'a>(entries: impl Iterator<Item = (&'a String, String)>) -> Arc<Xattrs> {
+/// The xattr of each metadata entry the kernel can carry (name, value and list limits), named as
+/// `format` names them (`user.safetensors.metadata.KEY`, `user.gguf.KEY`): the xattrs of a tensor
+/// directory.
+pub fn metadata_xattrs<'a>(
+    format: Format,
+    entries: impl Iterator<Item = (&'a String, String)>,
+) -> Arc<Xattrs> {
     let mut out = Xattrs::new();
     let mut list_len = 0;
     for (key, value) in entries {
-        let name = format!("{PREFIX}metadata.{key}");
+        let name = format.metadata_xattr(key);
         if name.len() > XATTR_NAME_MAX
             || name.contains('\0')
             || value.len() > XATTR_SIZE_MAX

@@ -24,7 +24,7 @@ use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
 use crate::digest::{self, Sha256};
-use crate::format::{self, Converted, Description, Format};
+use crate::format::{Converted, Description, Format};
 use crate::index::{self, Index, Plan};
 use crate::sys;
 
@@ -197,8 +197,9 @@ impl Source {
         self.described[format.index()].get_or_init(|| {
             let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
             let file = self.file_for_read().map_err(unreadable)?;
-            let description =
-                format::describe(format, &file, &self.path).map_err(DescribeError::Invalid)?;
+            let description = format
+                .describe(&file, &self.path)
+                .map_err(DescribeError::Invalid)?;
             Ok(Arc::new(description))
         })
     }
@@ -276,9 +277,10 @@ impl Source {
 
     /// The format it was described in, if it has valid tensors.
     pub fn format(&self) -> Option<Format> {
-        self.described
-            .iter()
-            .find_map(|d| Some(d.get()?.as_ref().ok()?.format))
+        Format::ALL
+            .into_iter()
+            .zip(&self.described)
+            .find_map(|(f, d)| d.get()?.as_ref().ok().map(|_| f))
     }
 
     /// What its reader found it to be (`safetensors`, `pytorch-zip`, ...), if it has valid

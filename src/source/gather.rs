@@ -117,7 +117,6 @@ mod tests {
             begin,
             end: begin + 2 * numel as u64,
             strides: strides.map(Into::into),
-            unnamed: None,
         }
     }
 

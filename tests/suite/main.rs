@@ -18,6 +18,8 @@ mod daemon_log;
 mod diff;
 /// The man page and completions, generated from the command line.
 mod docs;
+/// GGUF files: tensor files, metadata, dequantized views.
+mod gguf;
 /// Invalid, truncated and malicious sources.
 mod hostile;
 /// Integrity: tensormount verify, recorded digests, per-tensor digests, -o verify.

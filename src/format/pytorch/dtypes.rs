@@ -16,16 +16,16 @@ const NO_COMPLEX: &str = "safetensors has no dtype for it";
 
 /// The element types safetensors has no name for whose tensors are still shown as files (their
 /// bytes are plain little-endian numbers), by torch's name, with the name tensormount gives them.
-const FILE_ONLY: &[(&str, &str)] = &[
-    ("complex128", "C128"),
-    ("cdouble", "C128"),
-    ("complex32", "C32"),
-    ("chalf", "C32"),
+const FILE_ONLY: &[(&str, Dtype)] = &[
+    ("complex128", Dtype::C128),
+    ("cdouble", Dtype::C128),
+    ("complex32", Dtype::C32),
+    ("chalf", Dtype::C32),
 ];
 
 /// The name tensormount gives an element type safetensors has no name for, if its tensors are
 /// shown as files (see [`FILE_ONLY`]).
-pub(super) fn file_only(elem: &Elem) -> Option<&'static str> {
+pub(super) fn file_only(elem: &Elem) -> Option<Dtype> {
     FILE_ONLY
         .iter()
         .find(|(torch, _)| *torch == elem.name)

@@ -27,7 +27,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::description::{Description, Format, Tensor};
+use super::description::{Description, Tensor};
 use super::error::FormatError;
 use container::{Container, Span, checkpoint, load_at};
 use torch::{Found, MAX_NOTES};
@@ -115,7 +115,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
                 let mut left_out = Vec::new();
                 for (key, value) in keys {
                     // A file only (complex32, complex128) has no safetensors dtype to convert to.
-                    match by_value.get(&value).filter(|t| t.unnamed.is_none()) {
+                    match by_value.get(&value).filter(|t| !t.file_only()) {
                         Some(t) => entries.push((Arc::from(key.as_str()), Arc::clone(t))),
                         None => left_out.push(key),
                     }
@@ -140,7 +140,6 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
         Err(why)
     };
     Ok(Description {
-        format: Format::Pytorch,
         kind: c.kind,
         data_start: 0,
         tensors,
@@ -228,7 +227,6 @@ fn place(f: &Found, storages: &HashMap<String, Span>) -> Result<Tensor, String> 
         begin,
         end,
         strides,
-        unnamed: f.unnamed.map(|name| (name, size)),
     };
     if numel == 0 {
         let offset = f.offset.saturating_mul(size).min(storage_len);
@@ -282,3 +280,13 @@ fn contiguous(shape: &[u64], strides: &[u64]) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// The stem Hugging Face gives the safetensors conversion of a checkpoint whose stem is `stem`:
+/// `pytorch_model` becomes `model` (shards and variants keep the rest of their name); anything
+/// else is kept.
+pub(super) fn converted_stem(stem: &[u8]) -> Vec<u8> {
+    match stem.strip_prefix(b"pytorch_model") {
+        Some(rest) => [b"model", rest].concat(),
+        None => stem.to_vec(),
+    }
+}

@@ -49,9 +49,6 @@ pub(super) struct Found {
     pub value: Id,
     pub elem: Elem,
     pub dtype: Dtype,
-    /// For an element type safetensors has no name for: the name tensormount gives it (`dtype` is
-    /// then `U8`).
-    pub unnamed: Option<&'static str>,
     pub shape: Vec<u64>,
     pub strides: Vec<u64>,
     /// In elements of the tensor's dtype.
@@ -440,10 +437,9 @@ impl Walker<'_> {
             None => storage_elem.ok_or("has a storage of unknown type: left out")?,
         };
         // A type safetensors has no name for is a file of its bytes, if they are plain numbers.
-        let unnamed = file_only(&elem);
-        let dtype = match (elem.dtype, unnamed) {
+        let dtype = match (elem.dtype, file_only(&elem)) {
             (Ok(dtype), _) => dtype,
-            (Err(_), Some(_)) => Dtype::U8,
+            (Err(_), Some(ours)) => ours,
             (Err(why), None) => {
                 return Err(format!(
                     "is {} (torch.{}): no file; {why}",
@@ -467,7 +463,6 @@ impl Walker<'_> {
             value: 0,
             elem,
             dtype,
-            unnamed,
             shape,
             strides,
             offset,

@@ -1,0 +1,298 @@
+//! The formats tensormount reads, each one value that declares everything the rest of the program
+//! needs to know of it: the names of its files and of its sets, its reader, the virtual
+//! safetensors file its files convert to, where its errors and metadata are shown, and the option
+//! that turns it off. Nothing outside `format` names a particular format.
+
+use std::fmt;
+use std::fs::File;
+use std::path::Path;
+
+use super::description::Description;
+use super::error::FormatError;
+use super::{gguf, pytorch, safetensors};
+
+/// A format whose files the mount interprets. Compared by name: each is one value.
+#[derive(Clone, Copy)]
+pub struct Format(&'static Spec);
+
+/// What a format declares.
+struct Spec {
+    /// Its name in messages and in `--list --json`.
+    name: &'static str,
+    /// The suffixes of its files' names (the stem before one names the tensor directory).
+    suffixes: &'static [&'static str],
+    /// What names the index of a set of its files: `STEM{infix}json` or
+    /// `STEM{infix}VARIANT.json`.
+    index_infix: Option<&'static str>,
+    /// `-o NAME=on|off` (on by default), if it can be turned off.
+    toggle: Option<&'static str>,
+    /// Whether its files are safetensors files themselves: no conversion, tensor offsets relative
+    /// to a safetensors header's data buffer (`user.safetensors.data_offsets`), and a tensor
+    /// directory even for a file without tensors.
+    native: bool,
+    /// The stem of the virtual safetensors file a file of this stem converts to.
+    converted_stem: fn(&[u8]) -> Vec<u8>,
+    /// The prefix of the xattrs of a tensor directory's metadata (before the key).
+    metadata_xattr: &'static str,
+    /// The xattr of a mirrored file of this format (or of an index of its sets) that says why it
+    /// is not interpreted.
+    error_xattr: &'static str,
+    /// Its reader.
+    read: fn(&File, &Path) -> Result<Description, FormatError>,
+}
+
+/// The stem a virtual safetensors file keeps: the checkpoint's own.
+fn same_stem(stem: &[u8]) -> Vec<u8> {
+    stem.to_vec()
+}
+
+/// The safetensors format itself.
+pub const SAFETENSORS: Format = Format(&Spec {
+    name: "safetensors",
+    suffixes: &[".safetensors"],
+    index_infix: Some(".safetensors.index."),
+    toggle: None,
+    native: true,
+    converted_stem: same_stem,
+    metadata_xattr: "user.safetensors.metadata.",
+    error_xattr: "user.safetensors.error",
+    read: safetensors::describe,
+});
+
+/// PyTorch checkpoints written by `torch.save` (zip or legacy pickle).
+pub const PYTORCH: Format = Format(&Spec {
+    name: "pytorch",
+    suffixes: &[".bin", ".pt", ".pth", ".ckpt"],
+    index_infix: Some(".bin.index."),
+    toggle: Some("pickle"),
+    native: false,
+    converted_stem: pytorch::converted_stem,
+    metadata_xattr: "user.safetensors.metadata.",
+    error_xattr: "user.tensormount.error",
+    read: pytorch::describe,
+});
+
+/// llama.cpp's GGUF files.
+pub const GGUF: Format = Format(&Spec {
+    name: "gguf",
+    suffixes: &[".gguf"],
+    index_infix: None,
+    toggle: Some("gguf"),
+    native: false,
+    converted_stem: same_stem,
+    metadata_xattr: "user.gguf.",
+    error_xattr: "user.tensormount.error",
+    read: gguf::describe,
+});
+
+impl Format {
+    /// Every format, in the order their names are tried.
+    pub const ALL: [Format; 3] = [SAFETENSORS, PYTORCH, GGUF];
+
+    /// The format a file's name says, with the stem its tensor directory is named after
+    /// (`model.safetensors` gives `model`, hence `model.tensors/`).
+    pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
+        Format::ALL.into_iter().find_map(|f| {
+            f.0.suffixes
+                .iter()
+                .find_map(|suffix| file_name.strip_suffix(suffix.as_bytes()))
+                .filter(|stem| f.0.native || !stem.is_empty())
+                .map(|stem| (f, stem))
+        })
+    }
+
+    /// The format a file that is a whole SOURCE is read as: the one its name says, else
+    /// safetensors.
+    pub fn for_source(file_name: &[u8]) -> Format {
+        Format::of(file_name).map_or(SAFETENSORS, |(f, _)| f)
+    }
+
+    /// Its index in [`Format::ALL`].
+    pub fn index(self) -> usize {
+        Format::ALL.iter().position(|f| *f == self).unwrap_or(0)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// The name of its `-o NAME=on|off` option, if it can be turned off.
+    pub fn toggle(self) -> Option<&'static str> {
+        self.0.toggle
+    }
+
+    /// Whether its files are safetensors files (see [`Spec::native`]).
+    pub fn native(self) -> bool {
+        self.0.native
+    }
+
+    /// Reads `file` (whose path is `path`, for messages) as a file of this format.
+    pub fn describe(self, file: &File, path: &Path) -> Result<Description, FormatError> {
+        (self.0.read)(file, path)
+    }
+
+    /// The name of the virtual safetensors file a file of this format with stem `stem` converts
+    /// to (`pytorch_model` gives `model.safetensors`); `None` for a safetensors file.
+    pub fn converted_name(self, stem: &[u8]) -> Option<Vec<u8>> {
+        (!self.0.native).then(|| [&(self.0.converted_stem)(stem)[..], b".safetensors"].concat())
+    }
+
+    /// The xattr of metadata entry `key` on a tensor directory of a file of this format.
+    pub fn metadata_xattr(self, key: &str) -> String {
+        format!("{}{key}", self.0.metadata_xattr)
+    }
+
+    /// The xattr that says why a mirrored file of this format is not interpreted.
+    pub fn error_xattr(self) -> &'static str {
+        self.0.error_xattr
+    }
+}
+
+impl PartialEq for Format {
+    fn eq(&self, other: &Format) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Format {}
+
+impl std::hash::Hash for Format {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.name.hash(h);
+    }
+}
+
+impl fmt::Debug for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+/// The stem any format's conversion gives a file of stem `stem` (`pytorch_model` gives `model`):
+/// the key that pairs a file with its conversion.
+pub fn conversion_key(stem: &[u8]) -> Vec<u8> {
+    Format::ALL
+        .into_iter()
+        .map(|f| (f.0.converted_stem)(stem))
+        .find(|s| s != stem)
+        .unwrap_or_else(|| stem.to_vec())
+}
+
+/// What an index file's name says: the format of its shards, the merged directory it asks for,
+/// and for shards of another format, the name of the index of their conversions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexName {
+    pub format: Format,
+    /// `NAME.safetensors.index.json` gives `NAME.tensors`, `NAME.safetensors.index.VARIANT.json`
+    /// gives `NAME.VARIANT.tensors` (the name the unsharded `NAME.VARIANT.safetensors` would get).
+    pub merged_dir: String,
+    /// `pytorch_model.bin.index.json` gives `model.safetensors.index.json`, as Hugging Face names
+    /// it; `None` for an index of safetensors files.
+    pub converted: Option<Vec<u8>>,
+}
+
+impl IndexName {
+    /// What `file_name` says as the name of an index, or `None` if it is not one.
+    pub fn of(file_name: &[u8]) -> Option<IndexName> {
+        let name = std::str::from_utf8(file_name).ok()?;
+        Format::ALL.into_iter().find_map(|format| {
+            let (stem, rest) = name.split_once(format.0.index_infix?)?;
+            if stem.is_empty() {
+                return None;
+            }
+            let merged_dir = match rest {
+                "json" => format!("{stem}.tensors"),
+                _ => {
+                    let variant = rest.strip_suffix(".json").filter(|v| !v.is_empty())?;
+                    format!("{stem}.{variant}.tensors")
+                }
+            };
+            let converted = format.converted_name(stem.as_bytes()).map(|file| {
+                let stem = file.strip_suffix(b".safetensors").unwrap_or(&file);
+                [stem, b".safetensors.index.", rest.as_bytes()].concat()
+            });
+            Some(IndexName {
+                format,
+                merged_dir,
+                converted,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_say_the_format() {
+        assert_eq!(
+            Format::of(b"model.safetensors"),
+            Some((SAFETENSORS, &b"model"[..]))
+        );
+        assert_eq!(Format::of(b".safetensors"), Some((SAFETENSORS, &b""[..])));
+        assert_eq!(
+            Format::of(b"pytorch_model.bin"),
+            Some((PYTORCH, &b"pytorch_model"[..]))
+        );
+        assert_eq!(Format::of(b".bin"), None);
+        assert_eq!(Format::of(b"m.Q4_K.gguf"), Some((GGUF, &b"m.Q4_K"[..])));
+        assert_eq!(Format::of(b"config.json"), None);
+        assert_eq!(Format::for_source(b"weights"), SAFETENSORS);
+        for (i, f) in Format::ALL.into_iter().enumerate() {
+            assert_eq!(f.index(), i);
+        }
+    }
+
+    #[test]
+    fn conversions_are_named_as_hugging_face_names_them() {
+        for (stem, want) in [
+            ("pytorch_model", "model.safetensors"),
+            (
+                "pytorch_model-00001-of-00003",
+                "model-00001-of-00003.safetensors",
+            ),
+            ("pytorch_model.fp16", "model.fp16.safetensors"),
+            (
+                "diffusion_pytorch_model",
+                "diffusion_pytorch_model.safetensors",
+            ),
+            ("last", "last.safetensors"),
+        ] {
+            let got = PYTORCH.converted_name(stem.as_bytes()).unwrap();
+            assert_eq!(String::from_utf8_lossy(&got), want, "{stem}");
+        }
+        assert_eq!(SAFETENSORS.converted_name(b"model"), None);
+        assert_eq!(GGUF.converted_name(b"m").unwrap(), b"m.safetensors");
+    }
+
+    #[test]
+    fn index_names() {
+        let named = |n: &str| IndexName::of(n.as_bytes());
+        let st = named("model.safetensors.index.json").unwrap();
+        assert_eq!(
+            (st.format, &st.merged_dir[..]),
+            (SAFETENSORS, "model.tensors")
+        );
+        assert_eq!(st.converted, None);
+        let v = named("model.safetensors.index.fp16.json").unwrap();
+        assert_eq!(v.merged_dir, "model.fp16.tensors");
+        let pt = named("pytorch_model.bin.index.json").unwrap();
+        assert_eq!(
+            (pt.format, &pt.merged_dir[..]),
+            (PYTORCH, "pytorch_model.tensors")
+        );
+        assert_eq!(pt.converted.unwrap(), b"model.safetensors.index.json");
+        let ptv = named("pytorch_model.bin.index.fp16.json").unwrap();
+        assert_eq!(ptv.converted.unwrap(), b"model.safetensors.index.fp16.json");
+        for not in [
+            "model.safetensors",
+            ".safetensors.index.json",
+            "model.safetensors.index..json",
+            "model.safetensors.index.txt",
+            "model.json",
+        ] {
+            assert_eq!(named(not), None, "{not}");
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! GGUF files: tensor files with the stored bytes and gguf-py's names, types and row-major shapes,
+//! the metadata as `user.gguf.*`, and `-o dtype=f32` bit for bit as gguf-py's
+//! `quants.dequantize`. The oracle is gguf-py (its writer makes the fixture, its reader and
+//! dequantizer say what the mount must show).
+
+use crate::common::*;
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The fixture (a tensor of random blocks for every type gguf-py dequantizes, special scales
+/// included, and metadata of every value type) and what gguf-py reads in it: its header, and
+/// each tensor's dequantized values in `expect/NAME.f32`.
+fn fixture(tmp: &TempDir, seed: &str) -> (PathBuf, serde_json::Value) {
+    let py = python();
+    require_module(&py, "gguf");
+    let src = tmp.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let file = src.join("model.gguf");
+    let expect = tmp.join("expect");
+    python_script(&py, "gguf_fixture.py", &["write", s(&file), "--seed", seed]);
+    python_script(&py, "gguf_fixture.py", &["expect", s(&file), s(&expect)]);
+    let header = json(&fs::read_to_string(expect.join("header.json")).unwrap());
+    (src, header)
+}
+
+/// The tensors of the header gguf-py read: name, type, dims as stored, absolute offset, size.
+fn tensors(header: &serde_json::Value) -> Vec<(String, String, Vec<u64>, u64, u64)> {
+    header["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let dims = t["dims"].as_array().unwrap();
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["type"].as_str().unwrap().to_string(),
+                dims.iter().map(|d| d.as_u64().unwrap()).collect(),
+                t["offset"].as_u64().unwrap(),
+                t["size"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `len` bytes of `path` at `offset`, read directly.
+fn source_bytes(path: &Path, offset: u64, len: u64) -> Vec<u8> {
+    let mut buf = vec![0; len as usize];
+    fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut buf, offset)
+        .unwrap();
+    buf
+}
+
+#[test]
+fn tensor_files_are_the_stored_bytes_with_gguf_py_types_and_shapes() {
+    let tmp = TempDir::new("gguf-files");
+    let (src, header) = fixture(&tmp, "1");
+    let file = src.join("model.gguf");
+    let m = mount_ok(&src, "");
+    // The file itself is mirrored byte for byte.
+    assert_eq!(
+        fs::read(m.path("model.gguf")).unwrap(),
+        fs::read(&file).unwrap()
+    );
+    let dir = m.path("model.tensors");
+    let all = tensors(&header);
+    assert!(all.len() >= 20, "{} tensors", all.len());
+    for (name, ty, dims, offset, size) in &all {
+        let t = dir.join(escaped(name));
+        let got = fs::read(&t).unwrap();
+        assert_eq!(got.len() as u64, *size, "{name}");
+        assert!(got == source_bytes(&file, *offset, *size), "{name}: bytes");
+        let shape: Vec<String> = dims.iter().rev().map(u64::to_string).collect();
+        let xattr = |n: &str| getxattr(&t, n);
+        assert_eq!(
+            xattr("user.safetensors.dtype").as_deref(),
+            Some(&ty[..]),
+            "{name}"
+        );
+        assert_eq!(
+            xattr("user.safetensors.shape").unwrap(),
+            format!("[{}]", shape.join(",")),
+            "{name}"
+        );
+        assert_eq!(
+            xattr("user.safetensors.offset").unwrap(),
+            offset.to_string()
+        );
+        assert_eq!(xattr("user.safetensors.source").unwrap(), s(&file));
+        assert_eq!(xattr("user.tensormount.format").as_deref(), Some("gguf"));
+        assert_eq!(xattr("user.safetensors.data_offsets"), None, "{name}");
+        let plain = ["F32", "F16", "BF16"].contains(&&ty[..]);
+        let block = xattr("user.gguf.block");
+        assert_eq!(block.is_none(), plain, "{name}: user.gguf.block {block:?}");
+    }
+    // The metadata, strings as themselves, the rest as JSON; a 100000-token array does not fit.
+    let xattr = |n: &str| getxattr(&dir, n);
+    assert_eq!(
+        xattr("user.gguf.general.architecture").as_deref(),
+        Some("llama")
+    );
+    let listed = std::process::Command::new("getfattr")
+        .args(["-d", "-m", "^user\\.gguf\\.", s(&dir)])
+        .output()
+        .unwrap();
+    let listed = stdout(&listed);
+    assert!(
+        listed.contains("user.gguf.general.architecture=\"llama\""),
+        "{listed}"
+    );
+    assert!(!listed.contains("tokenizer.ggml.tokens"), "{listed}");
+    // The oracle's own view of the same keys.
+    let py = python();
+    let keys = python_code(
+        &py,
+        "import sys, gguf\n\
+         r = gguf.GGUFReader(sys.argv[1])\n\
+         for f in r.fields.values():\n\
+         \x20   if f.name.startswith('GGUF.'): continue\n\
+         \x20   if f.types == [gguf.GGUFValueType.UINT32]:\n\
+         \x20       print(f.name, int(f.parts[f.data[0]][0]))\n",
+        &[s(&file)],
+    );
+    for line in keys.lines() {
+        let (key, value) = line.split_once(' ').unwrap();
+        assert_eq!(
+            xattr(&format!("user.gguf.{key}")).as_deref(),
+            Some(value),
+            "{key}"
+        );
+    }
+    m.unmount().unwrap();
+}
+
+#[test]
+fn dtype_f32_is_gguf_py_dequantize_bit_for_bit() {
+    let tmp = TempDir::new("gguf-f32");
+    let (src, header) = fixture(&tmp, "2");
+    let m = mount_ok(&src, "dtype=f32,npy");
+    let dir = m.path("model.tensors");
+    let mut checked = 0;
+    for (name, ty, dims, _, _) in tensors(&header) {
+        let expected = tmp.join("expect").join(format!("{name}.f32"));
+        let Ok(want) = fs::read(&expected) else {
+            continue;
+        };
+        let t = dir.join(escaped(&name));
+        let got = fs::read(&t).unwrap();
+        assert_eq!(got.len(), want.len(), "{name} ({ty})");
+        let differ = got.chunks(4).zip(want.chunks(4)).position(|(g, w)| g != w);
+        assert_eq!(differ, None, "{name} ({ty}): first differing element");
+        if ty != "F32" {
+            assert_eq!(
+                getxattr(&t, "user.safetensors.dtype").as_deref(),
+                Some("F32")
+            );
+            assert_eq!(
+                getxattr(&t, "user.safetensors.source_dtype").as_deref(),
+                Some(&ty[..])
+            );
+        }
+        // A read that starts and ends inside elements of a block, through dd.
+        let (skip, count) = (want.len() / 3 + 1, want.len() / 3);
+        let mid = dd(
+            &t,
+            &["bs=1", &format!("skip={skip}"), &format!("count={count}")],
+        )
+        .unwrap();
+        assert!(
+            mid == want[skip..skip + count],
+            "{name}: a read in the middle"
+        );
+        // The NPY view has the logical (row-major) shape, read by numpy.
+        let npy = dir.join(format!("{}.npy", escaped(&name)));
+        let out = python_code(
+            &python(),
+            "import sys, numpy as np\n\
+             a = np.load(sys.argv[1])\n\
+             b = np.fromfile(sys.argv[2], dtype='<f4').reshape(a.shape)\n\
+             print(list(a.shape), a.dtype, a.view('<u4').tobytes() == b.view('<u4').tobytes())\n",
+            &[s(&npy), s(&expected)],
+        );
+        let shape: Vec<String> = dims.iter().rev().map(u64::to_string).collect();
+        assert_eq!(
+            out.trim(),
+            format!("[{}] float32 True", shape.join(", ")),
+            "{name}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} types checked");
+    m.unmount().unwrap();
+}
+
+#[test]
+fn quantized_tensors_have_no_npy_view_without_dtype_f32_and_gguf_off_mirrors_only() {
+    let tmp = TempDir::new("gguf-npy");
+    let (src, _) = fixture(&tmp, "3");
+    let m = mount_ok(&src, "npy");
+    let dir = m.path("model.tensors");
+    assert!(dir.join("f32.weight.npy").exists());
+    assert!(dir.join("q4_k.weight").exists());
+    assert!(!dir.join("q4_k.weight.npy").exists());
+    m.unmount().unwrap();
+    let m = mount_ok(&src, "gguf=off");
+    let names: Vec<String> = fs::read_dir(m.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["model.gguf"]);
+    m.unmount().unwrap();
+}
+
+#[test]
+fn a_broken_gguf_is_refused_naming_the_rule_and_the_rest_is_served() {
+    let tmp = TempDir::new("gguf-broken");
+    let (src, _) = fixture(&tmp, "4");
+    let good = fs::read(src.join("model.gguf")).unwrap();
+    // Version 1, a big-endian version 3, and the file cut inside its header.
+    let mut v1 = good.clone();
+    v1[4..8].copy_from_slice(&1u32.to_le_bytes());
+    fs::write(src.join("v1.gguf"), &v1).unwrap();
+    let mut be = good.clone();
+    be[4..8].copy_from_slice(&3u32.to_be_bytes());
+    fs::write(src.join("be.gguf"), &be).unwrap();
+    fs::write(src.join("cut.gguf"), &good[..200]).unwrap();
+    let m = mount_ok(&src, "");
+    assert!(m.path("model.tensors/q8_0.weight").exists());
+    for (file, rule, words) in [
+        ("v1.gguf", "UnsupportedVersion", "version"),
+        ("be.gguf", "BigEndian", "big-endian"),
+        ("cut.gguf", "Truncated", "ends"),
+    ] {
+        let stem = file.strip_suffix(".gguf").unwrap();
+        assert!(!m.path(format!("{stem}.tensors")).exists(), "{file}");
+        let why = getxattr(&m.path(file), "user.tensormount.error").unwrap();
+        assert!(why.contains(&format!("[{rule}]")), "{file}: {why}");
+        assert!(
+            why.contains("GGUF") && !why.contains("safetensors"),
+            "{file}: {why}"
+        );
+        assert!(why.contains(words), "{file}: {why}");
+    }
+    m.unmount().unwrap();
+}
