@@ -179,7 +179,8 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     (
         "dtype=f32|f64",
         "every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is \
-         presented as its exact widening to it",
+         presented as its exact widening to it, and every quantized GGUF tensor as its values \
+         (as gguf-py dequantizes them)",
     ),
     (
         "pickle=on|off",

@@ -568,3 +568,47 @@ fn no_file_of_src_is_over_the_limit_before_its_tests() {
         long.join("\n")
     );
 }
+
+/// Outside `src/format/` (the command line's help text aside) no code names a particular format:
+/// each is one value of `format`, asked what it declares. Checked on the names of the format
+/// values and of the per-format modules, in code (comments left out).
+#[test]
+fn no_file_outside_format_names_a_format() {
+    let root = src();
+    let mut all = Vec::new();
+    rust_files(&root, &mut all);
+    let names = [
+        "SAFETENSORS",
+        "PYTORCH",
+        "GGUF",
+        "format::gguf",
+        "format::pytorch",
+    ];
+    let mut found = Vec::new();
+    for file in all {
+        let rel = file.strip_prefix(&root).unwrap();
+        if rel.starts_with("format") || rel == Path::new("cli.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for name in names {
+                let named = code.match_indices(name).any(|(at, _)| {
+                    let before = code[..at].chars().last();
+                    let after = code[at + name.len()..].chars().next();
+                    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !word(before) && !word(after)
+                });
+                if named {
+                    found.push(format!("{}:{}: {}", rel.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "formats named outside src/format/:\n{}",
+        found.join("\n")
+    );
+}

@@ -74,10 +74,12 @@ pub enum GgufError {
         /// The type id found.
         id: u32,
     },
-    /// Arrays nested deeper than [`MAX_NESTING`](super::MAX_NESTING) levels.
+    /// Arrays nested deeper than the reader allows.
     NestedTooDeep {
         /// The key whose value nests them.
         key: String,
+        /// The most levels allowed.
+        limit: u32,
     },
     /// A key or a tensor name that is not UTF-8.
     InvalidUtf8 {
@@ -253,10 +255,9 @@ impl fmt::Display for GgufError {
             GgufError::UnknownValueType { key, id } => {
                 write!(f, "GGUF key '{key}' has an unknown value type {id}")
             }
-            GgufError::NestedTooDeep { key } => write!(
+            GgufError::NestedTooDeep { key, limit } => write!(
                 f,
-                "GGUF key '{key}' nests arrays more than {} levels deep",
-                super::MAX_NESTING
+                "GGUF key '{key}' nests arrays more than {limit} levels deep"
             ),
             GgufError::InvalidUtf8 { inside } => {
                 write!(f, "{inside} in the GGUF header is not UTF-8")

@@ -8,7 +8,7 @@ exactly the float32 grids numpy multiplies with.
 Each grid row is stored as its values, one signed byte each (every grid value is a small
 integer), packed little-endian: value k of a row is byte k of its u64 (rows of 8) or u32 (rows
 of 4). The script checks that the grids hold only such integers before it writes them. The
-tables are kept out of rustfmt's way (`#[rustfmt::skip]`), 4 or 8 rows a line.
+tables are kept out of rustfmt's way (`#[rustfmt::skip]`), 8 rows a line.
 """
 import sys
 from importlib.metadata import version
@@ -65,7 +65,7 @@ def main() -> None:
         lines.append(f"/// The grid of {cls.qtype.name}: {n} rows of {width} values.")
         lines.append("#[rustfmt::skip]")
         lines.append(f"pub(super) static {name}: [{ty}; {n}] = [")
-        per_line = 4 if width == 8 else 8
+        per_line = 8
         hexw = width * 2
         for i in range(0, n, per_line):
             lines.append("    " + " ".join(f"0x{v:0{hexw}x}," for v in packed[i:i + per_line]))

@@ -454,6 +454,7 @@ impl<R: Read> Input<'_, R> {
         if depth > MAX_NESTING {
             return Err(GgufError::NestedTooDeep {
                 key: key.to_owned(),
+                limit: MAX_NESTING,
             });
         }
         let ty = self.value_type(key)?;

@@ -12,6 +12,7 @@ mod dequant;
 mod describe;
 mod error;
 mod grids;
+mod half;
 mod header;
 mod types;
 mod value;
