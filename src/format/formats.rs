@@ -26,10 +26,12 @@ struct Spec {
     index_infix: Option<&'static str>,
     /// `-o NAME=on|off` (on by default), if it can be turned off.
     toggle: Option<&'static str>,
-    /// Whether its files are safetensors files themselves: no conversion, tensor offsets relative
-    /// to a safetensors header's data buffer (`user.safetensors.data_offsets`), and a tensor
-    /// directory even for a file without tensors.
+    /// Whether its files are safetensors files themselves: no conversion, and tensor offsets
+    /// relative to a safetensors header's data buffer (`user.safetensors.data_offsets`).
     native: bool,
+    /// Whether a file without tensors still gets its tensor directory (for its metadata): not a
+    /// checkpoint without tensors (training arguments, an optimizer's hyperparameters).
+    empty_dir: bool,
     /// The stem of the virtual safetensors file a file of this stem converts to.
     converted_stem: fn(&[u8]) -> Vec<u8>,
     /// The prefix of the xattrs of a tensor directory's metadata (before the key).
@@ -53,6 +55,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     index_infix: Some(".safetensors.index."),
     toggle: None,
     native: true,
+    empty_dir: true,
     converted_stem: same_stem,
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.safetensors.error",
@@ -66,6 +69,7 @@ pub const PYTORCH: Format = Format(&Spec {
     index_infix: Some(".bin.index."),
     toggle: Some("pickle"),
     native: false,
+    empty_dir: false,
     converted_stem: pytorch::converted_stem,
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.tensormount.error",
@@ -79,6 +83,7 @@ pub const GGUF: Format = Format(&Spec {
     index_infix: None,
     toggle: Some("gguf"),
     native: false,
+    empty_dir: true,
     converted_stem: same_stem,
     metadata_xattr: "user.gguf.",
     error_xattr: "user.tensormount.error",
@@ -124,6 +129,12 @@ impl Format {
     /// Whether its files are safetensors files (see [`Spec::native`]).
     pub fn native(self) -> bool {
         self.0.native
+    }
+
+    /// Whether a valid file without tensors gets a tensor directory (a vocabulary-only GGUF file
+    /// does, for its metadata; a checkpoint of training arguments does not).
+    pub fn empty_dir(self) -> bool {
+        self.0.empty_dir
     }
 
     /// Reads `file` (whose path is `path`, for messages) as a file of this format.

@@ -232,7 +232,7 @@ impl Step<'_> {
                         }
                         // A checkpoint without tensors (training arguments, an optimizer's
                         // hyperparameters) gets no empty directory.
-                        if format.native() || !d.tensors.is_empty() {
+                        if format.empty_dir() || !d.tensors.is_empty() {
                             wants.push(Want {
                                 file: i,
                                 dir: [stem, b".tensors"].concat(),

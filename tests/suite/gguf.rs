@@ -246,3 +246,98 @@ fn a_broken_gguf_is_refused_naming_the_rule_and_the_rest_is_served() {
     }
     m.unmount().unwrap();
 }
+
+/// The real GGUF files llama.cpp ships with its vocabularies (`ggml-vocab-*.gguf`, from
+/// llama-cpp-python's source archive, which `tests/run` saves in `.venv/sdist`): every one gets
+/// its tensor directory, with each tensor gguf-py lists (name, type, row-major shape, offset) and
+/// each metadata key gguf-py reads whose value fits, with its value.
+#[test]
+fn the_vocabulary_files_llama_cpp_ships_read_as_gguf_py_reads_them() {
+    let py = python();
+    require_module(&py, "gguf");
+    let sdist =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/sdist/llama_cpp_python-0.3.16.tar.gz");
+    assert!(
+        sdist.exists(),
+        "{}: missing; tests/run downloads it",
+        sdist.display()
+    );
+    let tmp = TempDir::new("gguf-vocab");
+    let src = tmp.join("src");
+    // The files, and what gguf-py reads in each: per tensor name, type, dims as stored and
+    // absolute offset; per metadata key whose value is a scalar or a short array, its JSON.
+    let expected = python_code(
+        &py,
+        "import sys, json, tarfile, pathlib, gguf\n\
+         out = pathlib.Path(sys.argv[2]); out.mkdir()\n\
+         with tarfile.open(sys.argv[1]) as t:\n\
+         \x20   for m in t.getmembers():\n\
+         \x20       n = pathlib.PurePath(m.name).name\n\
+         \x20       if n.startswith('ggml-vocab-') and n.endswith('.gguf'):\n\
+         \x20           (out / n).write_bytes(t.extractfile(m).read())\n\
+         V = gguf.GGUFValueType\n\
+         res = {}\n\
+         for f in sorted(out.iterdir()):\n\
+         \x20   r = gguf.GGUFReader(f)\n\
+         \x20   keys = {}\n\
+         \x20   for k in r.fields.values():\n\
+         \x20       if k.name.startswith('GGUF.'): continue\n\
+         \x20       v = k.contents()\n\
+         \x20       if k.types[0] == V.ARRAY and len(v) > 16: continue\n\
+         \x20       keys[k.name] = v\n\
+         \x20   ts = [[t.name, t.tensor_type.name, [int(d) for d in t.shape], int(t.data_offset)] for t in r.tensors]\n\
+         \x20   res[f.name] = {'keys': keys, 'tensors': ts}\n\
+         print(json.dumps(res))\n",
+        &[s(&sdist), s(&src)],
+    );
+    let expected = json(&expected);
+    let files = expected.as_object().unwrap();
+    assert!(files.len() >= 10, "{} vocabulary files", files.len());
+    let m = mount_ok(&src, "");
+    for (file, want) in files {
+        let dir = m.path(format!("{}.tensors", file.strip_suffix(".gguf").unwrap()));
+        assert!(dir.is_dir(), "{file}: no tensor directory");
+        for t in want["tensors"].as_array().unwrap() {
+            let name = t[0].as_str().unwrap();
+            let path = dir.join(escaped(name));
+            let dims: Vec<String> = t[2]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .map(|d| d.to_string())
+                .collect();
+            assert_eq!(
+                getxattr(&path, "user.safetensors.dtype").as_deref(),
+                t[1].as_str(),
+                "{file}: {name}"
+            );
+            assert_eq!(
+                getxattr(&path, "user.safetensors.shape").unwrap(),
+                format!("[{}]", dims.join(","))
+            );
+            assert_eq!(
+                getxattr(&path, "user.safetensors.offset").unwrap(),
+                t[3].to_string()
+            );
+        }
+        let mut seen = 0;
+        for (key, value) in want["keys"].as_object().unwrap() {
+            let got = getxattr(&dir, &format!("user.gguf.{key}"))
+                .unwrap_or_else(|| panic!("{file}: no user.gguf.{key}"));
+            match value {
+                serde_json::Value::String(text) => assert_eq!(&got, text, "{file}: {key}"),
+                // Numbers, booleans and short arrays as JSON, equal as values.
+                other => assert_eq!(&json(&got), other, "{file}: {key}"),
+            }
+            seen += 1;
+        }
+        assert!(seen >= 3, "{file}: only {seen} keys");
+        assert_eq!(
+            getxattr(&dir, "user.gguf.tokenizer.ggml.tokens"),
+            None,
+            "{file}: a whole vocabulary does not fit an xattr"
+        );
+    }
+    m.unmount().unwrap();
+}
