@@ -1,4 +1,4 @@
-//! `index::parse` on arbitrary bytes, and `index::merged_dir_name` on them read as a file name
+//! `index::parse` on arbitrary bytes, and `format::IndexName::of` on them read as a file name
 //! (the index of a safetensors set or of a set of PyTorch checkpoints).
 //!
 //! What the parser accepts must be a JSON object whose `weight_map` maps each tensor, listed once,
@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tensormount::index;
+use tensormount::{format, index};
 
 fuzz_target!(|data: &[u8]| {
     check_parse(data);
@@ -81,7 +81,7 @@ fn check_parse(data: &[u8]) {
 }
 
 fn check_merged_name(name: &str) {
-    let Some(dir) = index::merged_dir_name(name) else {
+    let Some(dir) = format::IndexName::of(name.as_bytes()).map(|i| i.merged_dir) else {
         return;
     };
     // The index of a safetensors set, else of a set of PyTorch checkpoints; the first marker in

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tensormount::format::{self, Description};
+use tensormount::format::Description;
 
 /// Panics unless every tensor lies inside the file (each element a strided one can reach), the
 /// tensors are in data order, the notes are bounded and the conversion's tensors are the listed

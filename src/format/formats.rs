@@ -206,27 +206,28 @@ impl IndexName {
     /// What `file_name` says as the name of an index, or `None` if it is not one.
     pub fn of(file_name: &[u8]) -> Option<IndexName> {
         let name = std::str::from_utf8(file_name).ok()?;
-        Format::ALL.into_iter().find_map(|format| {
-            let (stem, rest) = name.split_once(format.0.index_infix?)?;
-            if stem.is_empty() {
-                return None;
+        // The first format whose marker the name holds (in the order of `ALL`) is the one it says.
+        let (format, (stem, rest)) = Format::ALL
+            .into_iter()
+            .find_map(|f| Some((f, name.split_once(f.0.index_infix?)?)))?;
+        if stem.is_empty() {
+            return None;
+        }
+        let merged_dir = match rest {
+            "json" => format!("{stem}.tensors"),
+            _ => {
+                let variant = rest.strip_suffix(".json").filter(|v| !v.is_empty())?;
+                format!("{stem}.{variant}.tensors")
             }
-            let merged_dir = match rest {
-                "json" => format!("{stem}.tensors"),
-                _ => {
-                    let variant = rest.strip_suffix(".json").filter(|v| !v.is_empty())?;
-                    format!("{stem}.{variant}.tensors")
-                }
-            };
-            let converted = format.converted_name(stem.as_bytes()).map(|file| {
-                let stem = file.strip_suffix(b".safetensors").unwrap_or(&file);
-                [stem, b".safetensors.index.", rest.as_bytes()].concat()
-            });
-            Some(IndexName {
-                format,
-                merged_dir,
-                converted,
-            })
+        };
+        let converted = format.converted_name(stem.as_bytes()).map(|file| {
+            let stem = file.strip_suffix(b".safetensors").unwrap_or(&file);
+            [stem, b".safetensors.index.", rest.as_bytes()].concat()
+        });
+        Some(IndexName {
+            format,
+            merged_dir,
+            converted,
         })
     }
 }
@@ -302,6 +303,7 @@ mod tests {
             "model.safetensors.index..json",
             "model.safetensors.index.txt",
             "model.json",
+            ".safetensors.index.x.bin.index.json",
         ] {
             assert_eq!(named(not), None, "{not}");
         }

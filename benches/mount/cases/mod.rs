@@ -3,6 +3,7 @@
 //! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10) and
 //! `pickle.rs` (11), `integrity.rs` (12).
 
+mod gguf;
 mod integrity;
 mod metadata;
 mod pickle;
@@ -271,6 +272,10 @@ impl Bench {
         if self.wants(&["12"]) {
             self.progress("12: integrity");
             self.integrity(&mut rows);
+        }
+        if self.wants(&["13"]) {
+            self.progress("13: GGUF dequantization");
+            self.gguf_dequantize(&mut rows);
         }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
