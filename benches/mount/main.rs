@@ -79,13 +79,17 @@
 //!     the same files; and 1 MiB preads of item 1's tensor file right after mounting those files
 //!     with `-o verify` (which then hashes all three in the background, starting with that
 //!     tensor's file), against the same on a mount without it.
+//! 13. GGUF: the dequantization of `-o dtype=f32` alone, in memory on one core, of Q4_K, Q6_K,
+//!     Q8_0 and Q4_0 blocks (random, with finite scales) to float32, 1 MiB of output at a time,
+//!     against gguf-py's numpy `quants.dequantize` of the same blocks in the same 1 MiB pieces,
+//!     and against copying as many output bytes.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
 //! item 11's with torch, `benches/checkpoints.py`); `mounts.rs` mounts them (on the tests' daemon
 //! runner, `tests/common/daemon.rs`) and undoes every mount on exit or signal; `measure.rs` holds
 //! the timed operations and the statistics; `cases/` the rows (`reads.rs` items 1-5 and 7,
-//! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11);
+//! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11, `gguf.rs` 13);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]

@@ -1,7 +1,7 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
-//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10) and
-//! `pickle.rs` (11), `integrity.rs` (12).
+//! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10),
+//! `pickle.rs` (11), `integrity.rs` (12) and `gguf.rs` (13).
 
 mod gguf;
 mod integrity;
