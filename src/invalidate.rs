@@ -27,6 +27,10 @@ use log::debug;
 
 use crate::namespace::{Diff, Ino, Namespace, ROOT, Removed};
 
+/// Where the kernel's cache notifications are sent: the FUSE session's notifier. Named here so
+/// that the refresh layer hands it on without knowing the FUSE library.
+pub type Sink = Notifier;
+
 /// Above this many changed names in one directory, its entry is invalidated as a whole.
 const MAX_PER_DIR: usize = 4096;
 

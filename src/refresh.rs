@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 
 use crate::inotify::{Event, Inotify};
-use crate::invalidate::{Invalidator, Notice};
+use crate::invalidate::{Invalidator, Notice, Sink};
 use crate::namespace::{Diff, Ino, Namespace, Writer};
 use crate::source::Sources;
 
@@ -222,11 +222,7 @@ impl Follow {
     /// Starts the invalidator (sending through `notifier`) and the refresh thread. The mount's
     /// own device `own_dev` is never entered. Returns the handle for SIGUSR1 and the invalidator,
     /// to disarm at unmount.
-    pub fn start(
-        self,
-        notifier: fuser::Notifier,
-        own_dev: Option<u64>,
-    ) -> io::Result<(Handle, Invalidator)> {
+    pub fn start(self, notifier: Sink, own_dev: Option<u64>) -> io::Result<(Handle, Invalidator)> {
         self.invalidator
             .start(notifier, self.ns.clone(), self.notices)?;
         let handle = self.handle.clone();
