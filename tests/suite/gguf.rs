@@ -341,3 +341,56 @@ fn the_vocabulary_files_llama_cpp_ships_read_as_gguf_py_reads_them() {
     }
     m.unmount().unwrap();
 }
+
+/// `tensormount diff` between two GGUF files, and between a GGUF file and a safetensors file of
+/// the same tensors (written by the official safetensors from gguf-py's arrays): equal tensors are
+/// the same, across formats too.
+#[test]
+fn diff_compares_gguf_files_with_each_other_and_with_safetensors() {
+    let tmp = TempDir::new("gguf-diff");
+    let (src, _) = fixture(&tmp, "5");
+    let a = src.join("model.gguf");
+    let b = tmp.join("other.gguf");
+    python_script(
+        &python(),
+        "gguf_fixture.py",
+        &["write", s(&b), "--seed", "6"],
+    );
+    let out = run(&["diff", s(&a), s(&a)]);
+    assert!(
+        stdout(&out).contains("changed: 0; differ: 0"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["diff", s(&a), s(&b)]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("differ     q4_k.weight  Q4_K [4,1024]"),
+        "{text}"
+    );
+    let st = tmp.join("model.safetensors");
+    python_code(
+        &python(),
+        "import sys, gguf, numpy as np\n\
+         from safetensors.numpy import save_file\n\
+         r = gguf.GGUFReader(sys.argv[1])\n\
+         keep = {t.name: np.ascontiguousarray(t.data) for t in r.tensors\n\
+         \x20       if t.tensor_type.name in ('F32', 'F16')}\n\
+         save_file(keep, sys.argv[2])\n",
+        &[s(&a), s(&st)],
+    );
+    let out = run(&["diff", s(&a), s(&st)]);
+    let text = stdout(&out);
+    for same in ["f32.weight", "f16.weight"] {
+        assert!(
+            !text.contains(&format!(" {same} ")),
+            "{same} differs:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(
+            "same: 2 tensors; only in A: 24; only in B: 0; renamed: 0; changed: 0; differ: 0"
+        ),
+        "{text}"
+    );
+}
