@@ -394,3 +394,52 @@ fn diff_compares_gguf_files_with_each_other_and_with_safetensors() {
         "{text}"
     );
 }
+
+/// A GGUF file added to a mounted directory, then replaced by another (renamed over it), then
+/// rewritten in place: its tensor directory appears, then serves the new file's bytes.
+#[test]
+fn gguf_files_added_replaced_and_rewritten_are_followed() {
+    let tmp = TempDir::new("gguf-refresh");
+    let (made, header) = fixture(&tmp, "7");
+    let other = tmp.join("other.gguf");
+    python_script(
+        &python(),
+        "gguf_fixture.py",
+        &["write", s(&other), "--seed", "8"],
+    );
+    let src = tmp.join("live");
+    fs::create_dir_all(&src).unwrap();
+    let m = mount_ok(&src, "settle=0");
+    let q = m.path("model.tensors/q4_k.weight");
+    let offset_size = |h: &serde_json::Value| {
+        let t = tensors(h);
+        let (_, _, _, offset, size) = t.iter().find(|t| t.0 == "q4_k.weight").unwrap().clone();
+        (offset, size)
+    };
+    let (offset, size) = offset_size(&header);
+    // Added: written beside, renamed into place.
+    fs::copy(made.join("model.gguf"), src.join(".model.gguf.part")).unwrap();
+    fs::rename(src.join(".model.gguf.part"), src.join("model.gguf")).unwrap();
+    let first = source_bytes(&made.join("model.gguf"), offset, size);
+    wait_refreshed(&m.path(""), "the added GGUF's tensors", || {
+        fs::read(&q).is_ok_and(|b| b == first)
+    });
+    // Replaced by another file of the same layout (another seed), renamed over it.
+    fs::copy(&other, src.join(".model.gguf.part")).unwrap();
+    fs::rename(src.join(".model.gguf.part"), src.join("model.gguf")).unwrap();
+    let second = source_bytes(&other, offset, size);
+    assert_ne!(first, second);
+    wait_refreshed(&m.path(""), "the replaced GGUF's tensors", || {
+        fs::read(&q).is_ok_and(|b| b == second)
+    });
+    // Rewritten in place: the first file's bytes written over the second's.
+    fs::write(
+        src.join("model.gguf"),
+        fs::read(made.join("model.gguf")).unwrap(),
+    )
+    .unwrap();
+    wait_refreshed(&m.path(""), "the rewritten GGUF's tensors", || {
+        fs::read(&q).is_ok_and(|b| b == first)
+    });
+    m.unmount().unwrap();
+}
