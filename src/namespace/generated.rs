@@ -28,7 +28,7 @@ use super::scan::{self, Flux};
 use super::sets::{self, Merged, SetError, Shard};
 use super::snapshot::Snapshot;
 use super::xattrs;
-use crate::format::{Dtype, Format, IndexName};
+use crate::format::{Format, IndexName};
 use crate::index::{self, Plan};
 use crate::parallel;
 use crate::source::{Parse, Source, Warning};
@@ -647,7 +647,7 @@ pub fn file_tensors(
         Err(e) => return Err(BuildError::Invalid(e.clone())),
     };
     if policy.options.widen.is_some() {
-        warn_undecodable(source, &described.tensors);
+        layout::warn_undecodable(source, &described.tensors);
     }
     let entries = described
         .tensors
@@ -677,25 +677,6 @@ pub fn file_tensors(
         budget,
     )?;
     Ok((attr, xattrs, children))
-}
-
-/// Under `-o dtype=`, the warning (once per version of the file) that its tensors of block types
-/// no decoder is known for keep their raw files.
-fn warn_undecodable(source: &Source, tensors: &[Arc<crate::format::Tensor>]) {
-    let mut types: Vec<&str> = tensors
-        .iter()
-        .filter(|t| matches!(t.dtype, Dtype::Block(b) if b.decode.is_none()))
-        .map(|t| t.dtype_name())
-        .collect();
-    types.sort_unstable();
-    types.dedup();
-    if !types.is_empty() && source.first_warning(Warning::Notes) {
-        warn!(
-            "{}: tensors of type {} cannot be dequantized: served as stored under -o dtype=",
-            source.path.display(),
-            types.join(", ")
-        );
-    }
 }
 
 /// The entries of a tensor directory (see [`layout::tensor_dir`]), counted against `budget`.

@@ -15,10 +15,10 @@ use super::draft::{self, Draft};
 use super::error::BuildError;
 use super::node::{Attr, Content, Kind, no_xattrs, presented};
 use super::options::{Layout, Options};
-use crate::format::Tensor;
+use crate::format::{Dtype, Tensor};
 use crate::names::Shortener;
 use crate::npy;
-use crate::source::Source;
+use crate::source::{Source, Warning};
 use crate::widen::Widening;
 
 /// The name of the file holding a header's `__metadata__` (a key the format reserves).
@@ -275,5 +275,24 @@ impl<'a> Branch<'a> {
             }
         }
         Some((root, stray))
+    }
+}
+
+/// Under `-o dtype=`, the warning (once per version of the file) that its tensors of block types
+/// no decoder is known for keep their raw files.
+pub fn warn_undecodable(source: &Source, tensors: &[Arc<Tensor>]) {
+    let mut types: Vec<&str> = tensors
+        .iter()
+        .filter(|t| matches!(t.dtype, Dtype::Block(b) if b.decode.is_none()))
+        .map(|t| t.dtype_name())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    if !types.is_empty() && source.first_warning(Warning::Notes) {
+        warn!(
+            "{}: tensors of type {} cannot be dequantized: served as stored under -o dtype=",
+            source.path.display(),
+            types.join(", ")
+        );
     }
 }
