@@ -21,7 +21,7 @@
 //! their elements are packed in three bytes (the safetensors format leaves it to the producer, and
 //! its Python binding maps them to no type), and a guessed order would give wrong values silently.
 
-use crate::format::{Block, Dtype};
+use crate::format::{Block, Dtype, half};
 
 /// The type narrower floats are presented as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,9 +211,8 @@ impl Widening {
                 }
             }
             (From::F16, Target::F32) => {
-                let table = f16_table();
                 for (o, s) in out.chunks_exact_mut(4).zip(stored.chunks_exact(2)) {
-                    let bits = table[usize::from(u16::from_le_bytes([s[0], s[1]]))];
+                    let bits = half::f16_bits_of([s[0], s[1]]);
                     o.copy_from_slice(&bits.to_le_bytes());
                 }
             }
@@ -320,31 +319,6 @@ fn decode_blocks(b: &Block, stored: &[u8], mut skip: usize, to: Target, out: &mu
             }
         }
         out = rest;
-    }
-}
-
-/// [`f16_to_f32_bits`] of every half (256 KiB, built at first use). A lookup measured 2x faster
-/// than the arithmetic, branchy or not (which the compiler did not vectorise), on random halves,
-/// and more on real weights, whose few exponents keep the lookups in a few cache lines.
-fn f16_table() -> &'static [u32] {
-    static TABLE: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| (0..=u16::MAX).map(f16_to_f32_bits).collect())
-}
-
-/// IEEE half to single, bit for bit (NaN payloads kept, as numpy does).
-fn f16_to_f32_bits(h: u16) -> u32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from(h >> 10) & 0x1f;
-    let mant = u32::from(h & 0x3ff);
-    match exp {
-        0 if mant == 0 => sign,
-        0 => {
-            // Subnormal: mant * 2^-24, normalised around its leading one (bit p).
-            let p = 31 - mant.leading_zeros();
-            sign | ((p + 103) << 23) | ((mant ^ (1 << p)) << (23 - p))
-        }
-        0x1f => sign | 0x7f80_0000 | (mant << 13),
-        _ => sign | ((exp + 112) << 23) | (mant << 13),
     }
 }
 

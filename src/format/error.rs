@@ -183,7 +183,7 @@ impl FormatError {
                 };
                 format!("{what}{guess} [{rule}]")
             }
-            FormatError::Gguf(_, e) => format!("not a valid GGUF file: {e} [{}]", e.rule()),
+            FormatError::Gguf(_, e) => format!("{e} [{}]", e.rule()),
             FormatError::Foreign(_) => "not a PyTorch checkpoint".into(),
         }
     }

@@ -21,6 +21,7 @@ mod entries;
 mod error;
 mod formats;
 pub mod gguf;
+pub mod half;
 mod pytorch;
 mod safetensors;
 

@@ -15,8 +15,8 @@
 use std::fmt;
 
 use super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
-use super::half::f16;
 use super::types::GgmlType;
+use crate::format::half::f16;
 
 /// Why [`dequantize`] cannot convert the blocks given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

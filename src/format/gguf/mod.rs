@@ -12,7 +12,6 @@ mod dequant;
 mod describe;
 mod error;
 mod grids;
-mod half;
 mod header;
 mod types;
 mod value;

@@ -479,7 +479,7 @@ const TWO: [u8; 2] = [0x00, 0x40];
 
 #[test]
 fn float16_widens_exactly() {
-    let bits = |h: u16| super::half::f16(h.to_le_bytes()).to_bits();
+    let bits = |h: u16| crate::format::half::f16(h.to_le_bytes()).to_bits();
     assert_eq!(bits(0x3c00), 1.0f32.to_bits());
     assert_eq!(bits(0xc000), (-2.0f32).to_bits());
     assert_eq!(bits(0x7bff), 65504.0f32.to_bits());

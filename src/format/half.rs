@@ -1,5 +1,5 @@
-//! float16 widened to float32 exactly as numpy widens it: the one conversion every GGUF scale
-//! field goes through.
+//! float16 widened to float32 exactly as numpy widens it: the one conversion behind `-o dtype=`
+//! of F16 tensors and every GGUF scale field.
 
 /// The bits of float16 `h` widened to float32 exactly as numpy widens it
 /// (`npy_halfbits_to_floatbits`): a NaN keeps its payload and its quiet bit (a signalling NaN
@@ -23,7 +23,7 @@ const fn f16_bits(h: u16) -> u32 {
 
 /// A little-endian float16 widened to float32 as numpy widens it ([`f16_bits`]).
 #[inline(always)]
-pub(super) fn f16(b: [u8; 2]) -> f32 {
+pub fn f16(b: [u8; 2]) -> f32 {
     f32::from_bits(F16_TABLE[usize::from(u16::from_le_bytes(b))])
 }
 
@@ -38,3 +38,9 @@ static F16_TABLE: [u32; 65536] = {
     }
     t
 };
+
+/// [`f16_bits`] of the little-endian float16 `b`, by the table.
+#[inline(always)]
+pub fn f16_bits_of(b: [u8; 2]) -> u32 {
+    F16_TABLE[usize::from(u16::from_le_bytes(b))]
+}
