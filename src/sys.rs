@@ -262,7 +262,18 @@ pub enum Forked {
 /// Forks this process, which must have one thread only (it is checked: a fork of a process with
 /// other threads copies locks they may hold, held forever in the child).
 pub fn fork() -> io::Result<Forked> {
-    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count())?;
+    // A thread just joined may still be listed for a moment: its join returns when it clears its
+    // id, before the kernel removes the exiting task from the thread group. Worker threads of the
+    // mount's first scan (headers read several at a time) end right before this.
+    let count = || std::fs::read_dir("/proc/self/task").map(|d| d.count());
+    let mut threads = count()?;
+    for _ in 0..100 {
+        if threads == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        threads = count()?;
+    }
     if threads != 1 {
         return Err(io::Error::other(format!(
             "cannot fork a process with {threads} threads"
