@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::format::Format;
 use crate::namespace::{DEFAULT_SETTLE, Layout};
 use crate::refresh::{self, Mode};
-use crate::widen::Target;
+use crate::format::widen::Target;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 ///

@@ -2,9 +2,9 @@
 //!
 //! Layers, from the bottom up, each in its own module (`doc/design.md` draws them):
 //! - [`format`]: checkpoint formats, each a reader that turns a file into a description of its
-//!   tensors (safetensors, validated by the official crate); [`index`]: the index of a sharded
-//!   set; [`names`], [`npy`] and [`widen`]: tensor names as file names, NPY headers, and the exact
-//!   widening of narrow floats;
+//!   tensors (safetensors, validated by the official crate), and the exact widening of narrow
+//!   floats and packed blocks ([`format::widen`]); [`index`]: the index of a sharded set;
+//!   [`names`] and [`npy`]: tensor names as file names, and NPY headers;
 //! - [`source`]: source files opened, interpreted, kept open within bounds, leased and read, owned
 //!   by one [`source::Sources`] value;
 //! - [`namespace`]: the tree as immutable snapshots, and the writer that turns changes of SOURCE
@@ -57,4 +57,4 @@ mod testing;
 mod tuning;
 mod unmount;
 mod verify;
-pub mod widen;
+

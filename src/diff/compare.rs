@@ -15,7 +15,7 @@ use crate::format::Dtype;
 use crate::namespace::tensor_bytes;
 use crate::parallel;
 use crate::source::ReadError;
-use crate::widen::{Target, Widening};
+use crate::format::widen::{Target, Widening};
 
 /// Tensors up to this size are compared by reading A's whole, then B's against it; larger ones
 /// with B read on a thread of its own, a chunk ahead.

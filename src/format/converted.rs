@@ -1,18 +1,18 @@
 //! The safetensors file a checkpoint of another format converts to, laid out exactly as the
-//! official writer (`safetensors.torch.save_file(state_dict, path, metadata={"format": "pt"})`)
-//! lays it out: tensors sorted by descending dtype, then by name; the header serialised by the
-//! official crate's own `Metadata`, padded with spaces to a multiple of 8 bytes. Only the header is
-//! made here; every tensor's bytes stay where the checkpoint has them.
+//! official writer (`safetensors.torch.save_file(state_dict, path, metadata=...)`) lays it out:
+//! tensors sorted by descending dtype, then by name; the header serialised by the official crate's
+//! own `Metadata`, padded with spaces to a multiple of 8 bytes. Only the header is made here; every
+//! tensor's bytes stay where the checkpoint has them. A tensor of a type safetensors lacks that
+//! tensormount decodes (a GGUF quantized type) is an F32 tensor of its decoded values, computed on
+//! read as `-o dtype=f32` computes them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use ::safetensors::tensor::{Metadata, TensorInfo};
 
-use super::description::Tensor;
-
-/// The metadata the official conversion writes (`metadata={"format": "pt"}`).
-const METADATA: (&str, &str) = ("format", "pt");
+use super::description::{Conversion, Tensor};
+use super::widen::{Target, Widening};
 
 /// The header length prefix and the header's alignment, as the official writer has them.
 const PREFIX_LEN: usize = 8;
@@ -35,33 +35,65 @@ pub struct Part {
     /// Where its bytes start, relative to the data section.
     pub start: u64,
     pub tensor: Arc<Tensor>,
+    /// How its stored elements become its bytes here; `None` for as stored.
+    pub widen: Option<Widening>,
+}
+
+impl Part {
+    /// Its length in the file.
+    pub fn len(&self) -> u64 {
+        match self.widen {
+            Some(w) => w.presented_len(self.tensor.size()),
+            None => self.tensor.size(),
+        }
+    }
+
+    /// Whether it has no bytes (a tensor with a zero dimension).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where its bytes end, relative to the data section.
+    pub fn end(&self) -> u64 {
+        self.start + self.len()
+    }
 }
 
 impl Converted {
-    /// The file the official writer makes of `state_dict` (tensors by the names they get), or the
-    /// crate's reason for refusing it.
-    pub fn of(state_dict: &[(Arc<str>, Arc<Tensor>)]) -> Result<Converted, String> {
-        let mut sorted: Vec<&(Arc<str>, Arc<Tensor>)> = state_dict.iter().collect();
-        sorted.sort_by(|(a, x), (b, y)| {
-            y.dtype
-                .safetensors()
-                .cmp(&x.dtype.safetensors())
-                .then(a.cmp(b))
-        });
-        let mut infos = Vec::with_capacity(sorted.len());
-        let mut parts = Vec::with_capacity(sorted.len());
+    /// The file the official writer makes of `conversion` (its tensors by the names they get, and
+    /// its metadata), or the crate's reason for refusing it.
+    pub fn of(conversion: &Conversion) -> Result<Converted, String> {
+        let mut typed = Vec::with_capacity(conversion.state_dict.len());
+        for (name, tensor) in &conversion.state_dict {
+            let (dtype, widen) = match tensor.dtype.safetensors() {
+                Some(d) => (d, None),
+                None => match Widening::new(tensor.dtype, Target::F32) {
+                    Some(w) => (::safetensors::Dtype::F32, Some(w)),
+                    None => {
+                        return Err(format!(
+                            "{name} is {}, which safetensors has no dtype for and tensormount does \
+                             not decode",
+                            tensor.dtype
+                        ));
+                    }
+                },
+            };
+            typed.push((name, tensor, dtype, widen));
+        }
+        typed.sort_by(|(a, _, x, _), (b, _, y, _)| y.cmp(x).then(a.cmp(b)));
+        let mut infos = Vec::with_capacity(typed.len());
+        let mut parts = Vec::with_capacity(typed.len());
         let mut offset: u64 = 0;
-        for (name, tensor) in sorted {
+        for (name, tensor, dtype, widen) in typed {
+            let part = Part {
+                start: offset,
+                tensor: tensor.clone(),
+                widen,
+            };
             let end = offset
-                .checked_add(tensor.size())
+                .checked_add(part.len())
                 .ok_or("the tensors' total size overflows")?;
             let to_usize = |n: u64| usize::try_from(n).map_err(|_| "a tensor too large");
-            let dtype = tensor.dtype.safetensors().ok_or_else(|| {
-                format!(
-                    "{name} is {}, which safetensors has no dtype for",
-                    tensor.dtype
-                )
-            })?;
             infos.push((
                 name.to_string(),
                 TensorInfo {
@@ -70,13 +102,10 @@ impl Converted {
                     data_offsets: (to_usize(offset)?, to_usize(end)?),
                 },
             ));
-            parts.push(Part {
-                start: offset,
-                tensor: tensor.clone(),
-            });
+            parts.push(part);
             offset = end;
         }
-        let metadata = HashMap::from([(METADATA.0.to_string(), METADATA.1.to_string())]);
+        let metadata: HashMap<String, String> = conversion.metadata.clone().into_iter().collect();
         let metadata = Metadata::new(Some(metadata), infos).map_err(|e| e.to_string())?;
         let mut json = serde_json::to_vec(&metadata).map_err(|e| e.to_string())?;
         json.resize(json.len().next_multiple_of(PREFIX_LEN), b' ');
@@ -102,8 +131,7 @@ impl Converted {
 
     /// The index of the part holding data byte `at` (the first part whose end is past it).
     pub fn part_at(&self, at: u64) -> usize {
-        self.parts
-            .partition_point(|p| p.start + p.tensor.size() <= at)
+        self.parts.partition_point(|p| p.end() <= at)
     }
 }
 
@@ -133,7 +161,12 @@ mod tests {
             ("a.bias".into(), tensor(Dtype::F16, &[1], 300, 2)),
             ("z".into(), tensor(Dtype::F32, &[0], 0, 0)),
         ];
-        let c = Converted::of(&sd).unwrap();
+        let metadata = [("format".to_string(), "pt".to_string())].into();
+        let c = Converted::of(&Conversion {
+            state_dict: sd.clone(),
+            metadata,
+        })
+        .unwrap();
         let data: Vec<(String, ::safetensors::tensor::TensorView<'static>)> = sd
             .iter()
             .map(|(name, t)| {

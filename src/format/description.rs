@@ -22,10 +22,31 @@ pub struct Description {
     /// What the reader left out or found odd, each a whole message naming the file (warned once
     /// per version of the file).
     pub notes: Vec<String>,
-    /// For a file of another format: the tensors of the safetensors file it converts to (its
-    /// state dict, by the names the conversion gives them), or why it is not offered as one.
-    /// `None` for a safetensors file.
-    pub conversion: Option<Result<StateDict, String>>,
+    /// For a file of another format: what the safetensors file it converts to holds, or why it
+    /// is not offered as one. `None` for a safetensors file.
+    pub conversion: Option<Result<Conversion, String>>,
+    /// What the file says of the numbered set it is a shard of, if anything.
+    pub split: Option<Split>,
+}
+
+/// What a shard of a numbered set (`NAME-00001-of-00003`, with no index) says of its set: GGUF's
+/// `split.no`, `split.count` and `split.tensors.count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Its place in the set, from 0.
+    pub no: u64,
+    /// How many shards the set has.
+    pub count: u64,
+    /// How many tensors the whole set has.
+    pub tensors: Option<u64>,
+}
+
+/// What the safetensors file a checkpoint converts to holds.
+#[derive(Debug)]
+pub struct Conversion {
+    pub state_dict: StateDict,
+    /// Its `__metadata__` (`format: pt` for a PyTorch checkpoint).
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// The tensors of a state dict, by the names the dict gives them.

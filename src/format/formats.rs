@@ -26,6 +26,9 @@ struct Spec {
     index_infix: Option<&'static str>,
     /// `-o NAME=on|off` (on by default), if it can be turned off.
     toggle: Option<&'static str>,
+    /// Whether its numbered files (`NAME-00001-of-00003`) are a set with no index, merged into
+    /// `NAME.tensors/` (split GGUF models, as `gguf-split` writes them).
+    numbered: bool,
     /// Whether its files are safetensors files themselves: no conversion, and tensor offsets
     /// relative to a safetensors header's data buffer (`user.safetensors.data_offsets`).
     native: bool,
@@ -53,6 +56,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     name: "safetensors",
     suffixes: &[".safetensors"],
     index_infix: Some(".safetensors.index."),
+    numbered: false,
     toggle: None,
     native: true,
     empty_dir: true,
@@ -67,6 +71,7 @@ pub const PYTORCH: Format = Format(&Spec {
     name: "pytorch",
     suffixes: &[".bin", ".pt", ".pth", ".ckpt"],
     index_infix: Some(".bin.index."),
+    numbered: false,
     toggle: Some("pickle"),
     native: false,
     empty_dir: false,
@@ -81,6 +86,7 @@ pub const GGUF: Format = Format(&Spec {
     name: "gguf",
     suffixes: &[".gguf"],
     index_infix: None,
+    numbered: true,
     toggle: Some("gguf"),
     native: false,
     empty_dir: true,
@@ -137,6 +143,34 @@ impl Format {
         self.0.empty_dir
     }
 
+    /// The numbered set a file of this format with stem `stem` is a shard of, for a format whose
+    /// numbered files are a set without an index.
+    pub fn numbered(self, stem: &[u8]) -> Option<Numbered> {
+        if !self.0.numbered {
+            return None;
+        }
+        let digits = |b: &[u8]| -> Option<u32> {
+            let ok = b.len() == 5 && b.iter().all(u8::is_ascii_digit);
+            std::str::from_utf8(b).ok().filter(|_| ok)?.parse().ok()
+        };
+        let n = stem.len().checked_sub(15)?;
+        let (base, tail) = stem.split_at(n);
+        let (no, count) = (digits(&tail[1..6])?, digits(&tail[10..])?);
+        let shaped = tail[0] == b'-' && &tail[6..10] == b"-of-";
+        (shaped && !base.is_empty() && (1..=count).contains(&no)).then(|| Numbered {
+            base: base.to_vec(),
+            no,
+            count,
+        })
+    }
+
+    /// The file name of shard `no` of `set`.
+    pub fn shard_name(self, set: &Numbered, no: u32) -> Vec<u8> {
+        let suffix = self.0.suffixes.first().copied().unwrap_or_default();
+        let tail = format!("-{no:05}-of-{:05}{suffix}", set.count);
+        [&set.base[..], tail.as_bytes()].concat()
+    }
+
     /// Reads `file` (whose path is `path`, for messages) as a file of this format.
     pub fn describe(self, file: &File, path: &Path) -> Result<Description, FormatError> {
         (self.0.read)(file, path)
@@ -187,6 +221,15 @@ pub fn conversion_key(stem: &[u8]) -> Vec<u8> {
         .map(|f| (f.0.converted_stem)(stem))
         .find(|s| s != stem)
         .unwrap_or_else(|| stem.to_vec())
+}
+
+/// A shard's place in a numbered set, as its name `BASE-00002-of-00003` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Numbered {
+    pub base: Vec<u8>,
+    /// From 1.
+    pub no: u32,
+    pub count: u32,
 }
 
 /// What an index file's name says: the format of its shards, the merged directory it asks for,
@@ -276,6 +319,26 @@ mod tests {
         }
         assert_eq!(SAFETENSORS.converted_name(b"model"), None);
         assert_eq!(GGUF.converted_name(b"m").unwrap(), b"m.safetensors");
+    }
+
+    #[test]
+    fn numbered_shards_are_named_as_gguf_split_names_them() {
+        let set = GGUF.numbered(b"llama-7b-00002-of-00003").unwrap();
+        assert_eq!((&set.base[..], set.no, set.count), (&b"llama-7b"[..], 2, 3));
+        assert_eq!(GGUF.shard_name(&set, 1), b"llama-7b-00001-of-00003.gguf");
+        for stem in [
+            &b"m-00004-of-00003"[..],
+            b"m-00000-of-00003",
+            b"-00001-of-00003",
+            b"m-0001-of-00003",
+            b"m_00001-of-00003",
+            b"m-00001-of-0003x",
+            b"model",
+        ] {
+            assert_eq!(GGUF.numbered(stem), None, "{}", String::from_utf8_lossy(stem));
+        }
+        // Safetensors shards are a set through their index only.
+        assert_eq!(SAFETENSORS.numbered(b"model-00001-of-00002"), None);
     }
 
     #[test]

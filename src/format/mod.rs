@@ -7,7 +7,8 @@
 //!   as the official writer lays it out;
 //! - [`formats`]: the boundary: each format one value ([`Format`]) that declares its names, its
 //!   reader, its conversion and where its errors and metadata are shown;
-//! - [`dtype`]: the element types of every format, packed blocks included;
+//! - [`dtype`]: the element types of every format, packed blocks included, and [`widen`]: the
+//!   exact widening of their values to float32 or float64 (`-o dtype=`);
 //! - [`safetensors`]: the safetensors reader, validated by the official crate, with [`entries`],
 //!   its one-pass reader of the header's JSON;
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
@@ -24,9 +25,10 @@ pub mod gguf;
 pub mod half;
 mod pytorch;
 mod safetensors;
+pub mod widen;
 
 pub use converted::{Converted, Part};
-pub use description::{Description, Tensor};
+pub use description::{Conversion, Description, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Accident, FormatError, rule_name};
-pub use formats::{Format, GGUF, IndexName, PYTORCH, SAFETENSORS, conversion_key};
+pub use formats::{Format, GGUF, IndexName, Numbered, PYTORCH, SAFETENSORS, conversion_key};

@@ -101,6 +101,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         metadata,
         notes: Vec::new(),
         conversion: None,
+        split: None,
     })
 }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,12 +20,15 @@ use serde_json::Value;
 use super::claims::{self, Claim, Verdict};
 use super::draft::{self, Body, Draft};
 use super::error::BuildError;
+use super::indexes;
 use super::layout;
-use super::node::{Attr, Content, FileError, Ino, Origin, Xattrs};
+use super::node::{Content, FileError, Ino, Origin};
+use super::numbered;
 use super::options::Policy;
 use super::record::Generated;
 use super::scan::{self, Flux};
 use super::sets::{self, Merged, SetError, Shard};
+use super::tensor_dirs::{Build, build, metadata_of};
 use super::snapshot::Snapshot;
 use super::xattrs;
 use crate::format::{Format, IndexName};
@@ -74,11 +77,16 @@ enum Wanted {
     /// For the index of a set of checkpoints, the index of the safetensors files they convert
     /// to.
     ConvertedIndex,
+    /// For the first shard of a numbered set of this format, the merged set.
+    Numbered(Format),
+    /// For the first shard of a numbered set, the index of the safetensors files its shards
+    /// convert to.
+    NumberedIndex(Format),
 }
 
 impl Want {
     fn set(&self) -> bool {
-        self.what == Wanted::Set
+        matches!(self.what, Wanted::Set | Wanted::Numbered(_))
     }
 }
 
@@ -87,36 +95,6 @@ impl Want {
 enum Slot<'a> {
     Kept(Draft),
     New(Build<'a>),
-}
-
-/// A generated directory to build: the tensors of one file, or a merged set with what is already
-/// known of it.
-enum Build<'a> {
-    File {
-        dir: Arc<[u8]>,
-        source: &'a Arc<Source>,
-        format: Format,
-    },
-    Set {
-        dir: Arc<[u8]>,
-        /// The index.
-        path: PathBuf,
-        owner: &'a Metadata,
-        attr: Attr,
-        xattrs: Arc<Xattrs>,
-        json: Option<Arc<[u8]>>,
-        entries: Vec<layout::Entry>,
-    },
-}
-
-impl Build<'_> {
-    /// The file the directory stands for, for messages.
-    fn origin(&self) -> &Path {
-        match self {
-            Build::File { source, .. } => &source.path,
-            Build::Set { path, .. } => path,
-        }
-    }
 }
 
 /// The generated directories of the directory `d`, whose real subdirectories are `real_dirs` and
@@ -250,6 +228,22 @@ impl Step<'_> {
                             }
                             _ => {}
                         }
+                        let first = format.numbered(stem).filter(|s| s.no == 1 && s.count > 1);
+                        if let Some(set) = first {
+                            let dir = [&set.base[..], b".tensors"].concat();
+                            wants.push(Want {
+                                file: i,
+                                dir,
+                                what: Wanted::Numbered(format),
+                            });
+                            if let Some(file) = format.converted_name(&set.base) {
+                                wants.push(Want {
+                                    file: i,
+                                    dir: [&file[..], b".index.json"].concat(),
+                                    what: Wanted::NumberedIndex(format),
+                                });
+                            }
+                        }
                     }
                     Err(e) if e.is_foreign() => {}
                     Err(e) => {
@@ -313,15 +307,20 @@ impl Step<'_> {
                 Verdict::Wins => {}
                 // A model published in both formats: the real file is the conversion.
                 Verdict::Real
-                    if matches!(want.what, Wanted::Converted(_) | Wanted::ConvertedIndex) =>
+                    if matches!(
+                        want.what,
+                        Wanted::Converted(_) | Wanted::ConvertedIndex | Wanted::NumberedIndex(_)
+                    ) =>
                 {
                     log::debug!("{}: {dir_name} is a real file", path.display());
                 }
                 Verdict::Real => {
                     if source.first_warning(Warning::NameTaken) {
                         let what = match want.what {
-                            Wanted::Set => "merged tensors",
-                            Wanted::ConvertedIndex => "index of its conversions",
+                            Wanted::Set | Wanted::Numbered(_) => "merged tensors",
+                            Wanted::ConvertedIndex | Wanted::NumberedIndex(_) => {
+                                "index of its conversions"
+                            }
                             Wanted::Tensors(_) => "tensors",
                             Wanted::Converted(_) => "safetensors file it converts to",
                         };
@@ -389,6 +388,9 @@ impl Step<'_> {
                 inputs,
             }));
         }
+        if let Wanted::Numbered(format) | Wanted::NumberedIndex(format) = want.what {
+            return Ok(self.numbered(want, format, files));
+        }
         if self.in_flux(name) {
             errors.insert(name.clone(), self.being_written());
             return Ok(None);
@@ -404,7 +406,7 @@ impl Step<'_> {
             // Made again (the whole index parsed) only when the index or a shard changed.
             let draft = match self.kept(&dir, &inputs) {
                 Some(keep) => keep,
-                None => match converted_index(dir, source, &merged) {
+                None => match indexes::converted_index(dir, source, &merged) {
                     Some(draft) => draft,
                     None => return Ok(None),
                 },
@@ -467,6 +469,70 @@ impl Step<'_> {
             draft: Slot::New(build),
             inputs,
         }))
+    }
+
+    /// The merged directory, or the index of conversions, of the numbered set whose first shard
+    /// is the file of `want`; none (and a warning, once) while the set is not whole.
+    fn numbered<'f>(
+        &self,
+        want: &Want,
+        format: Format,
+        files: &'f [(Arc<[u8]>, Arc<Source>)],
+    ) -> Option<Drafted<Slot<'f>>> {
+        let (name, source) = &files[want.file];
+        let set = Format::of(name).and_then(|(_, stem)| format.numbered(stem))?;
+        let merged = numbered::check(format, &set, |n| {
+            let (n, s) = files.iter().find(|(f, _)| &f[..] == n)?;
+            let settled = !self.in_flux(n);
+            Some(Shard {
+                source: s,
+                format: Some(format),
+                settled,
+            })
+        });
+        let merged = match merged {
+            Ok(m) => m,
+            Err(why) => {
+                let warn = want.what == Wanted::Numbered(format) && !why.settling();
+                if warn && source.first_warning(Warning::Unmerged) {
+                    warn!(
+                        "{}: {why}: the set is not merged, each shard is served on its own",
+                        self.d.path.join(OsStr::from_bytes(name)).display()
+                    );
+                }
+                return None;
+            }
+        };
+        let dir: Arc<[u8]> = Arc::from(&want.dir[..]);
+        let inputs = merged.shards.clone();
+        if let Some(keep) = self.kept(&dir, &inputs) {
+            return Some(Drafted {
+                draft: Slot::Kept(keep),
+                inputs,
+            });
+        }
+        if want.what == Wanted::NumberedIndex(format) {
+            let draft = indexes::numbered_index(dir, source, &merged)?;
+            return Some(Drafted {
+                draft: Slot::Kept(draft),
+                inputs,
+            });
+        }
+        let (json, xattrs) = metadata_of(format, source.describe(format).as_ref().ok()?);
+        let shards: Vec<&Metadata> = merged.shards.iter().map(|s| &s.meta).collect();
+        let build = Build::Set {
+            dir,
+            path: self.d.path.join(OsStr::from_bytes(name)),
+            owner: &source.meta,
+            attr: draft::tensor_dir_attr(&source.meta, &shards),
+            xattrs,
+            json,
+            entries: merged.entries,
+        };
+        Some(Drafted {
+            draft: Slot::New(build),
+            inputs,
+        })
     }
 
     /// The set of the index `source` (a file of `files`), checked against its shards.
@@ -560,139 +626,4 @@ impl Step<'_> {
         }
         Ok(drafts)
     }
-}
-
-/// The index of the safetensors files a set of checkpoints converts to, named `name`: the index
-/// `source` with each shard named by its conversion, as `transformers` writes an index (sorted
-/// keys, two-space indent, a final newline). Shown only while every shard converts.
-fn converted_index(name: Arc<[u8]>, source: &Arc<Source>, merged: &Merged) -> Option<Draft> {
-    let converts = merged.shards.iter().all(|s| {
-        let format = s.format();
-        format.is_some_and(|f| matches!(s.converted(f), Some(Ok(_))))
-    });
-    let idx = source.index().ok().filter(|_| converts)?;
-    let weight_map: serde_json::Map<String, Value> = idx
-        .weight_map
-        .into_iter()
-        .map(|(tensor, shard)| {
-            let file = match Format::of(shard.as_bytes()) {
-                Some((f, stem)) => f.converted_name(stem).unwrap_or_else(|| shard.into_bytes()),
-                None => shard.into_bytes(),
-            };
-            (
-                tensor,
-                Value::String(String::from_utf8_lossy(&file).into_owned()),
-            )
-        })
-        .collect();
-    let mut top = serde_json::Map::new();
-    if let Some(m) = idx.metadata {
-        top.insert("metadata".into(), Value::Object(m));
-    }
-    top.insert("weight_map".into(), Value::Object(weight_map));
-    let mut json = serde_json::to_vec_pretty(&Value::Object(top)).ok()?;
-    json.push(b'\n');
-    let attr = draft::file_attr(&source.meta, json.len() as u64);
-    Some(Draft::file(name, attr, Content::Generated(json.into())))
-}
-
-/// A generated directory new to the tree (see [`Build`]), its entries counted against `budget`.
-fn build(policy: Policy<'_>, b: &Build<'_>, mut budget: usize) -> Result<Draft, BuildError> {
-    match b {
-        Build::File {
-            dir,
-            source,
-            format,
-        } => {
-            let (attr, xattrs, children) = file_tensors(policy, source, *format, &mut budget)?;
-            Ok(Draft::generated_dir(dir.clone(), attr, xattrs, children))
-        }
-        Build::Set {
-            dir,
-            path,
-            owner,
-            attr,
-            xattrs,
-            json,
-            entries,
-        } => {
-            let children = tensor_entries(
-                policy,
-                path,
-                owner,
-                attr,
-                entries.clone(),
-                json.clone(),
-                &mut budget,
-            )?;
-            Ok(Draft::generated_dir(
-                dir.clone(),
-                *attr,
-                xattrs.clone(),
-                children,
-            ))
-        }
-    }
-}
-
-/// The tensor directory of one valid file of `format`: its attributes, xattrs and entries.
-pub fn file_tensors(
-    policy: Policy<'_>,
-    source: &Arc<Source>,
-    format: Format,
-    budget: &mut usize,
-) -> Result<(Attr, Arc<Xattrs>, Vec<Draft>), BuildError> {
-    let described = match source.describe(format) {
-        Ok(d) => d,
-        Err(e) => return Err(BuildError::Invalid(e.clone())),
-    };
-    if policy.options.widen.is_some() {
-        layout::warn_undecodable(source, &described.tensors);
-    }
-    let entries = described
-        .tensors
-        .iter()
-        .map(|t| (t.clone(), source.clone()))
-        .collect();
-    let json = described
-        .metadata
-        .as_ref()
-        .map(|m| layout::metadata_json(&serde_json::json!(m)));
-    let xattrs = xattrs::metadata_xattrs(
-        format,
-        described
-            .metadata
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k, v.clone())),
-    );
-    let attr = draft::tensor_dir_attr(&source.meta, &[]);
-    let children = tensor_entries(
-        policy,
-        &source.path,
-        &source.meta,
-        &attr,
-        entries,
-        json,
-        budget,
-    )?;
-    Ok((attr, xattrs, children))
-}
-
-/// The entries of a tensor directory (see [`layout::tensor_dir`]), counted against `budget`.
-fn tensor_entries(
-    policy: Policy<'_>,
-    origin: &Path,
-    owner: &Metadata,
-    dir: &Attr,
-    entries: Vec<layout::Entry>,
-    json: Option<Arc<[u8]>>,
-    budget: &mut usize,
-) -> Result<Vec<Draft>, BuildError> {
-    let children = layout::tensor_dir(policy.options, origin, owner, dir, entries, json, *budget)?;
-    let count: usize = 1 + children.iter().map(Draft::count).sum::<usize>();
-    *budget = budget
-        .checked_sub(count)
-        .ok_or_else(|| BuildError::TooManyNodes(origin.into()))?;
-    Ok(children)
 }

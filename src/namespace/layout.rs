@@ -19,7 +19,7 @@ use crate::format::{Dtype, Tensor};
 use crate::names::Shortener;
 use crate::npy;
 use crate::source::{Source, Warning};
-use crate::widen::Widening;
+use crate::format::widen::Widening;
 
 /// The name of the file holding a header's `__metadata__` (a key the format reserves).
 pub const METADATA_FILE: &str = "__metadata__";

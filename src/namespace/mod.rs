@@ -15,7 +15,9 @@
 //! - [`scan`]: what one source directory holds, and which files are still being written;
 //! - [`real`]: a directory's mirrored entries; [`single`]: a single-file SOURCE;
 //! - [`generated`]: its generated directories, with [`claims`] (who gets a name), [`sets`]
-//!   (indexes checked against their shards) and [`layout`] (the files of a tensor directory);
+//!   (indexes checked against their shards), [`numbered`] (sets of numbered shards without an
+//!   index), [`indexes`] (the index files of conversions), [`tensor_dirs`] (the tensor directories
+//!   built) and [`layout`] (the files of a tensor directory);
 //! - [`draft`], [`record`] and [`commit`]: a directory's wanted content, what was scanned, and
 //!   drafts merged into the previous snapshot, reusing inode numbers by identity;
 //! - [`options`] and [`error`]: how to build, and what stops a build.
@@ -26,9 +28,11 @@ mod diff;
 mod draft;
 mod error;
 mod generated;
+mod indexes;
 mod layout;
 mod live;
 mod node;
+mod numbered;
 mod options;
 mod reading;
 mod real;
@@ -38,6 +42,7 @@ mod sets;
 mod single;
 mod snapshot;
 mod table;
+mod tensor_dirs;
 mod writer;
 mod xattrs;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use super::sets::SetError;
 use crate::format::{Converted, Dtype, Tensor};
 use crate::source::{DescribeError, FileId, Source};
-use crate::widen::Widening;
+use crate::format::widen::Widening;
 
 /// Inode number; the root is 1.
 pub type Ino = u64;

@@ -7,7 +7,7 @@ use log::warn;
 
 use super::error::BuildError;
 use crate::format::Format;
-use crate::widen::Target;
+use crate::format::widen::Target;
 
 /// `-o settle=`'s default: long enough for a writer's pause between two writes of one file,
 /// short enough that a finished file appears at once to a person watching.

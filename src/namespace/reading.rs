@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::node::{Content, Node, presented};
 use crate::format::Tensor;
 use crate::npy;
-use crate::source::{Body, ReadError, Reading, Source, Stored, Wait};
-use crate::widen::Widening;
+use crate::source::{Body, Piece, ReadError, Reading, Source, Stored, Wait};
+use crate::format::widen::Widening;
 
 /// Why a file of the tree has nothing to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,14 +26,17 @@ impl Node {
     pub fn read(&self, offset: u64, size: u32) -> Result<Reading<'_>, NotReadable> {
         let size = u64::from(size);
         Ok(match &self.content {
-            Content::Mirror { source, .. } => source_span(
-                source,
-                (0, self.attr.size),
-                (None, Stored::Contiguous),
-                offset,
-                size,
-                Cow::Borrowed(&[]),
-            ),
+            Content::Mirror { source, .. } => {
+                let offset = offset.min(self.attr.size);
+                let piece = Piece {
+                    start: 0,
+                    offset,
+                    len: size.min(self.attr.size - offset),
+                    widen: None,
+                    stored: Stored::Contiguous,
+                };
+                reading(source, Cow::Borrowed(&[]), vec![piece])
+            }
             Content::Converted { source, file } => {
                 let header = &file.header[..];
                 let header_len = header.len() as u64;
@@ -42,44 +45,29 @@ impl Node {
                 } else {
                     (0, window(header, offset, size))
                 };
-                // A read within one tensor stored as one stretch (most reads of a large one) is
-                // a plain span of the checkpoint, served as a tensor file's read is.
-                let want = size.saturating_sub(head.len() as u64).max(1);
-                let part = file.parts.get(file.part_at(offset));
-                if let Some(p) = part
-                    && head.is_empty()
-                    && p.tensor.strides.is_none()
-                    && offset >= p.start
-                    && offset.saturating_add(want) <= p.start + p.tensor.size()
-                {
-                    let span = (p.tensor.begin, p.tensor.size());
-                    let local = offset - p.start;
-                    let how = (None, Stored::Contiguous);
-                    return Ok(source_span(
-                        source,
-                        span,
-                        how,
-                        local,
-                        size,
-                        Cow::Borrowed(head),
-                    ));
+                // The tensors under the rest of the read, each read as its tensor file is.
+                let end = offset
+                    .saturating_add(size - head.len() as u64)
+                    .min(file.data_len);
+                let mut pieces = Vec::new();
+                for part in &file.parts[file.part_at(offset)..] {
+                    if part.start >= end {
+                        break;
+                    }
+                    let from = offset.max(part.start) - part.start;
+                    let to = end.min(part.end()) - part.start;
+                    pieces.push(piece(source, &part.tensor, part.widen, from, to - from));
                 }
-                let stored = Stored::Converted(file.clone());
-                let span = (0, file.data_len);
-                source_span(
-                    source,
-                    span,
-                    (None, stored),
-                    offset,
-                    size,
-                    Cow::Borrowed(head),
-                )
+                reading(source, Cow::Borrowed(head), pieces)
             }
             Content::Tensor {
                 source,
                 tensor,
                 widen,
-            } => tensor_span(source, tensor, *widen, offset, size, Cow::Borrowed(&[])),
+            } => {
+                let piece = piece(source, tensor, *widen, offset, size);
+                reading(source, Cow::Borrowed(&[]), vec![piece])
+            }
             Content::Npy {
                 source,
                 tensor,
@@ -93,7 +81,9 @@ impl Node {
                     let header = npy::header_as(dtype, tensor).ok_or(NotReadable::Nothing)?;
                     (0, window(&header, offset, size).to_vec())
                 };
-                tensor_span(source, tensor, *widen, offset, size, Cow::Owned(head))
+                let size = size.saturating_sub(head.len() as u64);
+                let piece = piece(source, tensor, *widen, offset, size);
+                reading(source, Cow::Owned(head), vec![piece])
             }
             Content::Generated(bytes) => Reading {
                 head: Cow::Borrowed(window(bytes, offset, size)),
@@ -135,14 +125,8 @@ pub fn tensor_bytes(
 ) -> Result<(), ReadError> {
     let mut offset = 0;
     while offset < tensor.size() {
-        let reading = tensor_span(
-            source,
-            tensor,
-            None,
-            offset,
-            u64::from(CHUNK),
-            Cow::Borrowed(&[]),
-        );
+        let piece = piece(source, tensor, None, offset, u64::from(CHUNK));
+        let reading = reading(source, Cow::Borrowed(&[]), vec![piece]);
         match send_copied(&reading, &mut offset, &mut each) {
             Ok(true) => {}
             Ok(false) => break,
@@ -197,46 +181,36 @@ pub enum ReadAllError {
     Source(ReadError),
 }
 
-/// A read of the presented bytes of `tensor`, after `head`.
-fn tensor_span<'a>(
-    source: &'a Arc<Source>,
+/// Up to `size` presented bytes of `tensor` of `source` from `offset` (widened by `widen`): fewer
+/// at the end, none past it.
+fn piece(
+    source: &Source,
     tensor: &Arc<Tensor>,
     widen: Option<Widening>,
     offset: u64,
     size: u64,
-    head: Cow<'a, [u8]>,
-) -> Reading<'a> {
-    let start = source.data_start() + tensor.begin;
+) -> Piece {
     let len = presented(tensor, widen).1;
-    let stored = match tensor.strides {
-        Some(_) => Stored::Strided(tensor.clone()),
-        None => Stored::Contiguous,
-    };
-    source_span(source, (start, len), (widen, stored), offset, size, head)
+    let offset = offset.min(len);
+    Piece {
+        start: source.data_start() + tensor.begin,
+        offset,
+        len: size.min(len - offset),
+        widen,
+        stored: match tensor.strides {
+            Some(_) => Stored::Strided(tensor.clone()),
+            None => Stored::Contiguous,
+        },
+    }
 }
 
-/// `head`, then up to `size` bytes (head included) from `offset` of the `len` presented bytes
-/// that start at byte `start` of `source` (`span`), presented and stored as `how` says: fewer at
-/// the end, none past it.
-fn source_span<'a>(
-    source: &'a Arc<Source>,
-    (start, len): (u64, u64),
-    (widen, stored): (Option<Widening>, Stored),
-    offset: u64,
-    size: u64,
-    head: Cow<'a, [u8]>,
-) -> Reading<'a> {
-    let offset = offset.min(len);
-    let want = size.saturating_sub(head.len() as u64).min(len - offset);
+/// A read of `head`, then `pieces` of `source`.
+fn reading<'a>(source: &'a Arc<Source>, head: Cow<'a, [u8]>, pieces: Vec<Piece>) -> Reading<'a> {
     Reading {
         head,
         body: Some(Body {
             source: Cow::Borrowed(source),
-            start,
-            offset,
-            len: want,
-            widen,
-            stored,
+            pieces,
         }),
     }
 }

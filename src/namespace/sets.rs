@@ -53,8 +53,8 @@ pub enum SetError {
     NotSafetensors(String),
     /// A shard is still being written (no problem yet: it may settle).
     ShardSettling(String),
-    /// A shard is not a valid safetensors file.
-    ShardInvalid(String),
+    /// A shard is not a valid file of its format (named).
+    ShardInvalid(String, &'static str),
     /// A shard holds a tensor the index does not list.
     Unlisted { tensor: String, shard: String },
     /// A shard holds a tensor the index lists for another shard (the tensor is in both, or only in
@@ -69,6 +69,8 @@ pub enum SetError {
     /// A shard's tensor names differ from the index's in digest only: never expected, as every
     /// difference is found by name.
     Disagrees(String),
+    /// A shard of a numbered set (no index) is not what its name says it is.
+    Numbered { shard: String, why: String },
 }
 
 impl SetError {
@@ -79,7 +81,8 @@ impl SetError {
             SetError::Index(_)
             | SetError::ShardMissing(_)
             | SetError::NotSafetensors(_)
-            | SetError::ShardInvalid(_)
+            | SetError::ShardInvalid(..)
+            | SetError::Numbered { .. }
             | SetError::Unlisted { .. }
             | SetError::ListedElsewhere { .. }
             | SetError::NotInShard { .. }
@@ -99,8 +102,8 @@ impl fmt::Display for SetError {
                 write!(f, "shard `{shard}` is not a .safetensors file")
             }
             SetError::ShardSettling(shard) => write!(f, "shard `{shard}` is being written"),
-            SetError::ShardInvalid(shard) => {
-                write!(f, "shard `{shard}` is not a valid safetensors file")
+            SetError::ShardInvalid(shard, format) => {
+                write!(f, "shard `{shard}` is not a valid {format} file")
             }
             SetError::Unlisted { tensor, shard } => write!(
                 f,
@@ -121,6 +124,7 @@ impl fmt::Display for SetError {
             SetError::Disagrees(shard) => {
                 write!(f, "shard `{shard}` does not hold what weight_map says")
             }
+            SetError::Numbered { shard, why } => write!(f, "shard `{shard}` {why}"),
         }
     }
 }
@@ -170,7 +174,7 @@ fn usable<'a>(
     }
     match f.source.describe(format) {
         Ok(parsed) => Ok((f.source, format, parsed)),
-        Err(_) => Err(SetError::ShardInvalid(shard.to_string())),
+        Err(_) => Err(SetError::ShardInvalid(shard.to_string(), format.name())),
     }
 }
 

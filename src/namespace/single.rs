@@ -10,7 +10,7 @@ use log::warn;
 use super::commit::{Commit, DirNode};
 use super::draft::{self, Draft};
 use super::error::BuildError;
-use super::generated::file_tensors;
+use super::tensor_dirs::file_tensors;
 use super::node::{Attr, Origin, ROOT, Xattrs, no_xattrs};
 use super::options::Policy;
 use super::record::{Generated, Record};

@@ -7,7 +7,7 @@ use super::reading::NotReadable;
 use super::table::Table;
 use crate::format::Tensor;
 use crate::source::{ReadError, Reading, Wait};
-use crate::widen::Widening;
+use crate::format::widen::Widening;
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {

@@ -51,6 +51,8 @@ pub enum Warning {
     Invalid,
     /// Its generated directory's name is taken.
     NameTaken,
+    /// The numbered set it is the first shard of is not whole.
+    Unmerged,
     /// A shared mapping of it was refused.
     Unmappable,
     /// What its reader left out or found odd.
@@ -60,7 +62,7 @@ pub enum Warning {
 type Described = Result<Arc<Description>, Arc<DescribeError>>;
 
 /// The safetensors file a checkpoint converts to, or why it is not offered as one.
-pub type Conversion = Result<Arc<Converted>, Arc<str>>;
+pub type Offered = Result<Arc<Converted>, Arc<str>>;
 
 /// One version of a source file.
 #[derive(Debug)]
@@ -91,7 +93,7 @@ pub struct Source {
     /// For an index, on first use: what it says, in brief.
     plan: OnceLock<Result<Arc<Plan>, Arc<PlanError>>>,
     /// For a valid checkpoint of another format, on first use: what it converts to.
-    converted: OnceLock<Option<Conversion>>,
+    converted: OnceLock<Option<Offered>>,
     /// For a weight file, on first use: the SHA-256 its source records (see [`recorded`]).
     recorded: OnceLock<Option<Arc<Recorded>>>,
     /// Under `-o verify`, once its bytes were hashed: whether they are the recorded ones.
@@ -206,12 +208,12 @@ impl Source {
 
     /// The safetensors file this valid file of `format` converts to, or why it is not offered as
     /// one; `None` for a safetensors file, or one that is not valid.
-    pub fn converted(&self, format: Format) -> Option<&Conversion> {
+    pub fn converted(&self, format: Format) -> Option<&Offered> {
         self.converted
             .get_or_init(|| {
                 let wanted = self.describe(format).as_ref().ok()?.conversion.as_ref()?;
                 Some(match wanted {
-                    Ok(state_dict) => Converted::of(state_dict)
+                    Ok(conversion) => Converted::of(conversion)
                         .map(Arc::new)
                         .map_err(|e| Arc::from(format!("not offered as safetensors: {e}"))),
                     Err(why) => Err(Arc::from(why.as_str())),

@@ -1,32 +1,36 @@
-//! Bytes that are not one stretch of their source: where the presented bytes of a strided tensor
-//! (a transposed or sliced view saved by `torch.save`) or of a converted file's data section lie
-//! in the source, as runs of contiguous bytes in the order they are presented.
+//! Bytes that are not one stretch of their source: where the stored bytes of a strided tensor
+//! (a transposed or sliced view saved by `torch.save`) lie in the source, as runs of contiguous
+//! bytes in the order they are presented.
 
 use std::sync::Arc;
 
-use crate::format::{Converted, Tensor};
+use crate::format::Tensor;
 
-/// Where the presented bytes of a read lie in its source.
+/// Where the stored bytes of a piece of a read lie in its source.
 #[derive(Debug, Clone)]
 pub enum Stored {
-    /// One stretch, from the body's start.
+    /// One stretch, from the piece's start.
     Contiguous,
     /// The elements of a strided tensor, gathered in C order.
     Strided(Arc<Tensor>),
-    /// The data section of a converted file: its tensors' bytes one after the other.
-    Converted(Arc<Converted>),
 }
 
-/// Calls `run(at, len)` for each stretch of the source, in presented order, that holds presented
-/// bytes `[offset, offset + len)` of `tensor` (contiguous or strided). Neighbouring stretches
-/// that touch are given as one.
-pub fn tensor_runs(tensor: &Tensor, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
+/// Calls `run(at, len)` for each stretch of the source, in presented order, that holds stored
+/// bytes `[offset, offset + len)` of `tensor` (contiguous or strided), whose element 0 is at byte
+/// `start` of the source. Neighbouring stretches that touch are given as one.
+pub fn tensor_runs(
+    tensor: &Tensor,
+    start: u64,
+    offset: u64,
+    len: u64,
+    run: &mut impl FnMut(u64, u64),
+) {
     let len = len.min(tensor.size().saturating_sub(offset));
     if len == 0 {
         return;
     }
     let Some(strides) = &tensor.strides else {
-        run(tensor.begin + offset, len);
+        run(start + offset, len);
         return;
     };
     if strides.len() != tensor.shape.len() {
@@ -57,7 +61,7 @@ pub fn tensor_runs(tensor: &Tensor, offset: u64, len: u64, run: &mut impl FnMut(
         };
         let from = (i * elem).max(offset);
         let to = ((i + count) * elem).min(end);
-        let at = tensor.begin + at_elem * elem + (from - i * elem);
+        let at = start + at_elem * elem + (from - i * elem);
         pending = match pending {
             Some((a, n)) if a + n == at => Some((a, n + to - from)),
             Some((a, n)) => {
@@ -84,25 +88,6 @@ pub fn tensor_runs(tensor: &Tensor, offset: u64, len: u64, run: &mut impl FnMut(
     }
 }
 
-/// [`tensor_runs`] for data bytes `[offset, offset + len)` of a converted file: through each of its
-/// tensors in turn.
-pub fn converted_runs(c: &Converted, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
-    let end = offset.saturating_add(len).min(c.data_len);
-    let mut at = offset;
-    for part in c.parts.iter().skip(c.part_at(offset)) {
-        if at >= end {
-            break;
-        }
-        let part_end = part.start + part.tensor.size();
-        if part_end <= at {
-            continue;
-        }
-        let n = part_end.min(end) - at;
-        tensor_runs(&part.tensor, at - part.start, n, run);
-        at += n;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,7 +108,7 @@ mod tests {
     /// The bytes the runs name, from a source whose byte `i` is `i as u8`.
     fn gathered(t: &Tensor, offset: u64, len: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        tensor_runs(t, offset, len, &mut |at, n| {
+        tensor_runs(t, t.begin, offset, len, &mut |at, n| {
             out.extend((at..at + n).map(|b| b as u8))
         });
         out
@@ -172,25 +157,11 @@ mod tests {
     fn contiguous_rows_are_one_run_each_and_touching_runs_merge() {
         let t = strided(&[4, 2], Some(&[5, 1]), 0);
         let mut runs = Vec::new();
-        tensor_runs(&t, 0, t.size(), &mut |a, n| runs.push((a, n)));
+        tensor_runs(&t, t.begin, 0, t.size(), &mut |a, n| runs.push((a, n)));
         assert_eq!(runs, [(0, 4), (10, 4), (20, 4), (30, 4)]);
         let t = strided(&[4, 2], Some(&[2, 1]), 6);
         runs.clear();
-        tensor_runs(&t, 0, t.size(), &mut |a, n| runs.push((a, n)));
+        tensor_runs(&t, t.begin, 0, t.size(), &mut |a, n| runs.push((a, n)));
         assert_eq!(runs, [(6, 16)]);
-    }
-
-    #[test]
-    fn a_converted_file_reads_through_its_tensors() {
-        let a = Arc::new(strided(&[2], None, 100));
-        let b = Arc::new(strided(&[2, 2], Some(&[1, 2]), 0));
-        let sd: Vec<(Arc<str>, Arc<Tensor>)> = vec![("a".into(), a), ("b".into(), b)];
-        let c = Converted::of(&sd).unwrap();
-        let mut out = Vec::new();
-        converted_runs(&c, 2, 100, &mut |at, n| {
-            out.extend((at..at + n).map(|b| b as u8))
-        });
-        // a's last element, then b transposed: (0,0)=0 (0,1)=4 (1,0)=2 (1,1)=6.
-        assert_eq!(out, [102, 103, 0, 1, 4, 5, 2, 3, 6, 7]);
     }
 }

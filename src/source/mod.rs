@@ -25,11 +25,11 @@ mod sources;
 mod version;
 
 pub use error::{DescribeError, PlanError, ReadError, SourceError};
-pub use file::{Conversion, Hold, Parse, Source, Warning, is_remote};
+pub use file::{Hold, Parse, Source, Warning, is_remote};
 pub use gather::Stored;
 pub use lease::SIGNAL as LEASE_SIGNAL;
 pub use opened::Opened;
-pub use read::{Body, Reading, Wait};
+pub use read::{Body, Piece, Reading, Wait};
 pub use recorded::{How, Recorded, Verdict};
 pub use registry::Registry;
 pub use sources::Sources;

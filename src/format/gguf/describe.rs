@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use super::{GgmlType, Header, Value, dequantize, read};
-use crate::format::description::{Description, Tensor};
+use crate::format::description::{Conversion, Description, Split, Tensor};
 use crate::format::dtype::{Block, Decode, Dtype};
 use crate::format::error::FormatError;
 
@@ -46,15 +46,45 @@ fn description(header: &Header) -> Description {
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
         .collect::<BTreeMap<_, _>>();
+    // The safetensors file: every tensor by its name (the quantized ones as their float32
+    // values), and the scalar keys with `format: gguf`.
+    let mut scalars: BTreeMap<String, String> = header
+        .metadata
+        .iter()
+        .filter(|(_, v)| !matches!(v, Value::Array(_)))
+        .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
+        .collect();
+    scalars.insert("format".into(), "gguf".into());
+    let conversion = Conversion {
+        state_dict: tensors.iter().map(|t| (t.name.clone(), t.clone())).collect(),
+        metadata: scalars,
+    };
     Description {
         kind: "gguf",
         data_start: header.data_start,
         tensors,
         metadata: Some(metadata),
         notes: Vec::new(),
-        // The virtual safetensors file of a GGUF file is not made yet.
-        conversion: None,
+        conversion: Some(if conversion.state_dict.is_empty() {
+            Err("no tensors".into())
+        } else {
+            Ok(conversion)
+        }),
+        split: split(header),
     }
+}
+
+/// What the `split.*` keys gguf-split writes say of the set, if the file has them.
+fn split(header: &Header) -> Option<Split> {
+    let key = |k: &str| {
+        let (_, v) = header.metadata.iter().find(|(name, _)| name == k)?;
+        v.as_u64()
+    };
+    Some(Split {
+        no: key("split.no")?,
+        count: key("split.count")?,
+        tensors: key("split.tensors.count"),
+    })
 }
 
 /// A metadata value as text: a string as itself, anything else as JSON; `None` for an array

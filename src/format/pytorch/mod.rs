@@ -27,7 +27,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::description::{Description, Tensor};
+use super::description::{Conversion, Description, Tensor};
 use super::error::FormatError;
 use container::{Container, Span, checkpoint, load_at};
 use torch::{Found, MAX_NOTES};
@@ -126,7 +126,10 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
                 if entries.is_empty() {
                     Err("no tensors".to_string())
                 } else {
-                    Ok(entries)
+                    Ok(Conversion {
+                        state_dict: entries,
+                        metadata: [("format".to_string(), "pt".to_string())].into(),
+                    })
                 }
             }
             Err(why) => Err(why),
@@ -146,6 +149,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
         metadata: None,
         notes: bounded_notes(notes, walked.more_notes, path),
         conversion: Some(conversion),
+        split: None,
     })
 }
 

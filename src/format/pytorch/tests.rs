@@ -96,7 +96,7 @@ fn check(name: &str) -> Description {
         .all(|w| (w[0].begin, &w[0].name) <= (w[1].begin, &w[1].name));
     assert!(sorted, "{name}: not sorted");
     if let Some(keys) = oracle["state_dict"].as_array() {
-        let entries = d.conversion.as_ref().unwrap().as_ref().unwrap();
+        let entries = &d.conversion.as_ref().unwrap().as_ref().unwrap().state_dict;
         let mut names: Vec<&str> = entries.iter().map(|(k, _)| &**k).collect();
         let mut keys: Vec<&str> = keys.iter().map(|k| k.as_str().unwrap()).collect();
         names.sort();
@@ -128,7 +128,7 @@ fn every_dtype_zip() {
         d.notes
     );
     // A state dict: two of its values have no safetensors dtype, and are left out of it.
-    let entries = d.conversion.unwrap().unwrap();
+    let entries = d.conversion.unwrap().unwrap().state_dict;
     assert_eq!(entries.len(), d.tensors.len() - 2);
 }
 

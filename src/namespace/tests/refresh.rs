@@ -618,7 +618,7 @@ fn an_index_checked_against_its_shards_names_the_disagreement() {
             "a shard that is not valid",
             vec![("a", "bad.safetensors")],
             all.to_vec(),
-            |e| matches!(e, SetError::ShardInvalid(s) if s == "bad.safetensors"),
+            |e| matches!(e, SetError::ShardInvalid(s, _) if s == "bad.safetensors"),
             "shard `bad.safetensors` is not a valid safetensors file",
         ),
         (

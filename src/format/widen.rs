@@ -21,7 +21,7 @@
 //! their elements are packed in three bytes (the safetensors format leaves it to the producer, and
 //! its Python binding maps them to no type), and a guessed order would give wrong values silently.
 
-use crate::format::{Block, Dtype, half};
+use super::{Block, Dtype, half};
 
 /// The type narrower floats are presented as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
