@@ -8,9 +8,9 @@ use clap::{ArgAction, Parser};
 use std::time::Duration;
 
 use crate::format::Format;
+use crate::format::widen::Target;
 use crate::namespace::{DEFAULT_SETTLE, Layout};
 use crate::refresh::{self, Mode};
-use crate::format::widen::Target;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 ///

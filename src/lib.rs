@@ -57,4 +57,3 @@ mod testing;
 mod tuning;
 mod unmount;
 mod verify;
-

@@ -110,7 +110,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cases::Bench;
+use cases::{Bench, build_gguf};
 use fixtures::{Sizes, build_data, build_large, build_pickle};
 use mounts::{CleanupGuard, Tuning, install_signal_cleanup, registry};
 use report::print_table;
@@ -270,6 +270,7 @@ fn run() -> Res<()> {
     let data = build_data(&root, &sz)?;
     let large = build_large(&root, &sz)?;
     let pickle = build_pickle(&root, &sz, python.as_deref());
+    let gguf = build_gguf(&root, opts.quick);
     // Flush the local baseline's inodes and xattr blocks now, so no writeback runs during the
     // measurements (and the final removal does not wait for it).
     let rootf = File::open(&root).map_err(err(root.display()))?;
@@ -294,6 +295,7 @@ fn run() -> Res<()> {
         data,
         large,
         pickle,
+        gguf,
         mnt,
         mnt_large,
         python,

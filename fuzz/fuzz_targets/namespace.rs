@@ -36,7 +36,7 @@ use tensormount::namespace::{
     Content, Kind, Layout, NotReadable, Options, ROOT, Snapshot, SnapshotReadError, Writer,
 };
 use tensormount::source::Sources;
-use tensormount::widen::{Target, Widening};
+use tensormount::format::widen::{Target, Widening};
 
 const SEP: &[u8] = b"\xff=====\xff";
 const SHARD1: &str = "model-00001-of-00002.safetensors";

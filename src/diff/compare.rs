@@ -12,10 +12,10 @@ use std::thread;
 use super::units::Item;
 use crate::digest::{Hasher, Sha256};
 use crate::format::Dtype;
+use crate::format::widen::{Target, Widening};
 use crate::namespace::tensor_bytes;
 use crate::parallel;
 use crate::source::ReadError;
-use crate::format::widen::{Target, Widening};
 
 /// Tensors up to this size are compared by reading A's whole, then B's against it; larger ones
 /// with B read on a thread of its own, a chunk ahead.

@@ -335,7 +335,12 @@ mod tests {
             b"m-00001-of-0003x",
             b"model",
         ] {
-            assert_eq!(GGUF.numbered(stem), None, "{}", String::from_utf8_lossy(stem));
+            assert_eq!(
+                GGUF.numbered(stem),
+                None,
+                "{}",
+                String::from_utf8_lossy(stem)
+            );
         }
         // Safetensors shards are a set through their index only.
         assert_eq!(SAFETENSORS.numbered(b"model-00001-of-00002"), None);

@@ -85,4 +85,3 @@ fn index_file(
     let attr = draft::file_attr(&owner.meta, json.len() as u64);
     Some(Draft::file(name, attr, Content::Generated(json.into())))
 }
-

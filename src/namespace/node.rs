@@ -10,9 +10,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use super::sets::SetError;
+use crate::format::widen::Widening;
 use crate::format::{Converted, Dtype, Tensor};
 use crate::source::{DescribeError, FileId, Source};
-use crate::format::widen::Widening;
 
 /// Inode number; the root is 1.
 pub type Ino = u64;

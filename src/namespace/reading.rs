@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::node::{Content, Node, presented};
 use crate::format::Tensor;
+use crate::format::widen::Widening;
 use crate::npy;
 use crate::source::{Body, Piece, ReadError, Reading, Source, Stored, Wait};
-use crate::format::widen::Widening;
 
 /// Why a file of the tree has nothing to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use log::warn;
 use super::commit::{Commit, DirNode};
 use super::draft::{self, Draft};
 use super::error::BuildError;
-use super::tensor_dirs::file_tensors;
 use super::node::{Attr, Origin, ROOT, Xattrs, no_xattrs};
 use super::options::Policy;
 use super::record::{Generated, Record};
 use super::scan::Scan;
+use super::tensor_dirs::file_tensors;
 use crate::format::Format;
 use crate::source::{Registry, Source, Version, Warning};
 

@@ -6,8 +6,8 @@ use super::node::{Content, Ino, Node, ROOT};
 use super::reading::NotReadable;
 use super::table::Table;
 use crate::format::Tensor;
-use crate::source::{ReadError, Reading, Wait};
 use crate::format::widen::Widening;
+use crate::source::{ReadError, Reading, Wait};
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {

@@ -9,9 +9,9 @@ use log::debug;
 
 use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::digest::{Sha256, hex};
+use crate::format::widen::Widening;
 use crate::format::{Dtype, Format, IndexName, Tensor};
 use crate::source::Source;
-use crate::format::widen::Widening;
 
 /// The kernel's limits on extended attributes (XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_LIST_MAX).
 pub const XATTR_NAME_MAX: usize = 255;

@@ -27,8 +27,8 @@ use super::error::ReadError;
 use super::file::Source;
 use super::gather::{self, Stored};
 use super::opened::Opened;
-use crate::sys;
 use crate::format::widen::Widening;
+use crate::sys;
 
 /// Spans shorter than this are copied (`pread`); longer ones are sent from the source's mapping.
 /// A copy that small costs less than mapping its pages into the daemon (a fault, which also maps

@@ -17,7 +17,21 @@
         per metadata key its value type (and element type and length for an array) and value,
         as gguf-py reads them.
 
-Needs only gguf (0.19.0) and numpy.
+    gguf_fixture.py split OUTDIR --shards N [--seed N]
+        Writes `OUTDIR/split-0000K-of-0000N.gguf`, one model of Q8_0, Q4_K, Q6_K, F16 and F32
+        tensors (the quantized ones of random blocks)
+        that gguf-py's GGUFWriter splits into N shards, as gguf-split does (`split.*` keys).
+
+    gguf_fixture.py safetensors FILE GGUF...
+        Loads FILE, a safetensors file (with the official `safetensors.torch.load_file`) or an
+        index of such files (each shard with `safe_open`), and compares it with the tensors of
+        the GGUF files as gguf-py reads them: each tensor of a type safetensors has must be there
+        as stored (type, shape, bytes), each quantized one as float32 holding exactly
+        `gguf.quants.dequantize`'s values. Prints JSON: the tensors compared, how many were
+        dequantized, what did not match, and (for one file) its `__metadata__` beside gguf-py's
+        scalar keys as text.
+
+Needs gguf (0.19.0) and numpy; `safetensors` also needs torch and safetensors.
 """
 import argparse
 import json
@@ -192,6 +206,87 @@ def expect(path: Path, outdir: Path) -> None:
     (outdir / "header.json").write_text(json.dumps(header, indent=1))
 
 
+def split(outdir: Path, shards: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = [f"blk.{b}.{n}" for b in range(shards) for n in ("attn_q.weight", "ffn_up.weight", "attn_norm.weight")]
+    types = [T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
+    w = GGUFWriter(outdir / "split.gguf", "llama", split_max_tensors=3)
+    w.add_block_count(shards)
+    for i, name in enumerate(names):
+        t = types[i % len(types)]
+        if t in (T.F16, T.F32):
+            a = rng.standard_normal((4, 256)).astype(np.float16 if t == T.F16 else np.float32)
+            w.add_tensor(name, a)
+        else:
+            block, size = GGML_QUANT_SIZES[t]
+            q = rng.integers(0, 256, (4, 256 // block * size), dtype=np.uint8)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def scalar_text(f) -> str | None:
+    """A scalar key's value as tensormount writes it in `__metadata__`, or None."""
+    if len(f.types) != 1 or f.types[0] == GGUFValueType.ARRAY:
+        return None
+    v = f.contents()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return json.dumps(v) if math.isfinite(v) else None
+    return str(v)
+
+
+def check_safetensors(path: Path, ggufs: list[Path]) -> None:
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if path.name.endswith(".index.json"):
+        loaded, metadata = {}, None
+        for shard in sorted(set(json.loads(path.read_text())["weight_map"].values())):
+            with safe_open(path.parent / shard, framework="pt") as f:
+                for k in f.keys():
+                    loaded[k] = f.get_tensor(k)
+    else:
+        loaded = load_file(path)
+        with safe_open(path, framework="pt") as f:
+            metadata = f.metadata()
+    report = {"compared": 0, "dequantized": 0, "wrong": [], "missing": [], "extra": []}
+    seen = set()
+    scalars = {}
+    for g in ggufs:
+        r = GGUFReader(g)
+        for f in r.fields.values():
+            if not f.name.startswith("GGUF.") and (text := scalar_text(f)) is not None:
+                scalars.setdefault(f.name, text)
+        for t in r.tensors:
+            seen.add(t.name)
+            got = loaded.get(t.name)
+            if got is None:
+                report["missing"].append(t.name)
+                continue
+            shape = [int(d) for d in reversed(t.shape)]
+            if t.tensor_type in (T.F32, T.F16, T.BF16):
+                want = np.asarray(t.data).tobytes()
+                dtype = {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}[t.tensor_type]
+            else:
+                want = quants.dequantize(t.data, t.tensor_type).astype("<f4").tobytes()
+                dtype = torch.float32
+                report["dequantized"] += 1
+            have = got.contiguous().view(torch.uint8).numpy().tobytes()
+            if got.dtype != dtype or list(got.shape) != shape or have != want:
+                report["wrong"].append(f"{t.name}: {got.dtype} {list(got.shape)}, want {dtype} {shape}")
+            report["compared"] += 1
+    report["extra"] = sorted(set(loaded) - seen)
+    if metadata is not None:
+        report["metadata"] = metadata
+        report["scalars"] = scalars
+    print(json.dumps(report))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -201,11 +296,22 @@ def main() -> int:
     pe = sub.add_parser("expect")
     pe.add_argument("gguf", type=Path)
     pe.add_argument("outdir", type=Path)
+    ps = sub.add_parser("split")
+    ps.add_argument("outdir", type=Path)
+    ps.add_argument("--shards", type=int, required=True)
+    ps.add_argument("--seed", type=int, default=0)
+    pc = sub.add_parser("safetensors")
+    pc.add_argument("file", type=Path)
+    pc.add_argument("gguf", type=Path, nargs="+")
     a = p.parse_args()
     if a.cmd == "write":
         write(a.out, a.seed)
-    else:
+    elif a.cmd == "expect":
         expect(a.gguf, a.outdir)
+    elif a.cmd == "split":
+        split(a.outdir, a.shards, a.seed)
+    else:
+        check_safetensors(a.file, a.gguf)
     return 0
 
 

@@ -7,7 +7,7 @@ use crate::common::*;
 
 use std::fs;
 use tensormount::format::Dtype;
-use tensormount::widen::{Target, Widening};
+use tensormount::format::widen::{Target, Widening};
 
 /// Every stored encoding of a format of `width` bytes (all of them up to 16 bits), as bytes.
 fn every_encoding(width: usize) -> Vec<u8> {

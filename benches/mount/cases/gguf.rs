@@ -1,16 +1,34 @@
 //! Item 13, GGUF: the dequantization of `-o dtype=f32` alone, in memory on one core, 1 MiB of
 //! float32 output at a time, of Q4_K, Q6_K, Q8_0 and Q4_0 blocks, against gguf-py's numpy
-//! `quants.dequantize` of the same blocks, and against copying as many output bytes.
+//! `quants.dequantize` of the same blocks, and against copying as many output bytes; the mount
+//! time of a sparse 4 GiB, 291-tensor Q4_K model (a llama of 32 blocks), until live, against
+//! `gguf.GGUFReader` of it and a listing of its tensors' names, types and shapes; `numpy.fromfile`
+//! on every file of `model.tensors/` of a 1 GiB model of random Q4_K, Q6_K, Q8_0 and F32 tensors
+//! (cold: a fresh mount; warm: a second pass), against `numpy.fromfile` of the same bytes at their
+//! offsets in the `.gguf`; and `safetensors.numpy.load_file` of the virtual `model.safetensors`
+//! beside a Q8_0 model (float32 values, dequantized on read; cold and warm), against
+//! `GGUFReader` and `quants.dequantize` of every tensor, in GB/s of float32.
+//!
+//! The GGUF files are written here (GGUF v3, little-endian, llama.cpp's tensor names and order).
 
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::fs::{self, File};
 use std::hint::black_box;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use tensormount::format::gguf::{GgmlType, dequantize};
 
 use super::Bench;
-use crate::MIB;
-use crate::report::{Cell, Row, Unit};
+use crate::fixtures::warm_file;
+use crate::mounts::{Mount, getxattr};
+use crate::report::{Cell, Row, Unit, fmt_size};
+use crate::shared_fixtures::Fill;
+use crate::{MIB, Res, err};
 
 /// Times gguf-py's dequantize of the blocks in argv[1] (type argv[2], argv[3] bytes a block,
 /// argv[4] elements a block), 1 MiB of output at a time over the whole buffer (each piece one row:
@@ -32,6 +50,96 @@ for k in range(n + 1):
     if k:
         print(len(chunks) * (1 << 20) / e / 1e9)
 "#;
+
+/// The loaders of the model rows, `MODE PATH [TABLE] PASSES`; each pass prints "SECONDS BYTES
+/// TENSORS" as `benches/load_all.py` does, timed with perf_counter around the pass only, and drops
+/// each array right after loading it (`load_file` returns them all at once).
+/// - `list FILE`: `gguf.GGUFReader(FILE)` and a list of its tensors' names, types and shapes
+///   (BYTES: the stored bytes gguf-py finds);
+/// - `raw DIR`: `numpy.fromfile` on every tensor file of DIR (a mounted `NAME.tensors/`), float32
+///   for an F32 tensor (its `user.safetensors.dtype`), bytes for a quantized one;
+/// - `slices FILE TABLE`: the same bytes with `numpy.fromfile(FILE, offset=)`, at the offsets of
+///   TABLE (lines "OFFSET BYTES TYPE");
+/// - `dequantize FILE`: `GGUFReader(FILE)` and `quants.dequantize` of every tensor;
+/// - `load_file FILE`: `safetensors.numpy.load_file(FILE)`, which must return as many tensors as
+///   `safe_open` lists.
+const LOADERS: &str = r#"
+import os, sys, time
+import numpy as np
+import gguf
+from gguf import quants
+
+DTYPES = {"F32": "<f4"}
+
+
+def listing(path):
+    r = gguf.GGUFReader(path)
+    tensors = [(t.name, t.tensor_type.name, t.shape.tolist()) for t in r.tensors]
+    return sum(int(t.n_bytes) for t in r.tensors), len(tensors)
+
+
+def raw(directory):
+    total = count = 0
+    for entry in sorted(os.listdir(directory)):
+        if entry == "__metadata__":
+            continue
+        path = os.path.join(directory, entry)
+        dtype = os.getxattr(path, "user.safetensors.dtype").decode()
+        a = np.fromfile(path, dtype=DTYPES.get(dtype, "u1"))
+        total += a.nbytes
+        count += 1
+        del a
+    return total, count
+
+
+def slices(path, table):
+    total = count = 0
+    for offset, nbytes, dtype in table:
+        dt = np.dtype(DTYPES.get(dtype, "u1"))
+        a = np.fromfile(path, dtype=dt, count=nbytes // dt.itemsize, offset=offset)
+        total += a.nbytes
+        count += 1
+        del a
+    return total, count
+
+
+def dequantize(path):
+    total = count = 0
+    for t in gguf.GGUFReader(path).tensors:
+        a = quants.dequantize(t.data, t.tensor_type)
+        total += a.nbytes
+        count += 1
+        del a
+    return total, count
+
+
+mode, path, passes = sys.argv[1], sys.argv[2], int(sys.argv[-1])
+if mode == "slices":
+    with open(sys.argv[3]) as f:
+        table = [(int(o), int(n), d) for o, n, d in (line.split() for line in f)]
+    load = lambda p: slices(p, table)
+elif mode == "load_file":
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    with safe_open(path, framework="numpy") as f:
+        keys = len(f.keys())
+
+    def load(p):
+        d = load_file(p)
+        if len(d) != keys:
+            sys.exit(f"load_file returned {len(d)} tensors, safe_open lists {keys}")
+        return sum(a.nbytes for a in d.values()), len(d)
+else:
+    load = {"list": listing, "raw": raw, "dequantize": dequantize}[mode]
+for _ in range(passes):
+    t = time.perf_counter()
+    total, count = load(path)
+    print(f"{time.perf_counter() - t:.6f} {total} {count}", flush=True)
+"#;
+
+/// What the row of the virtual `model.safetensors` shows while the mount has none.
+const NO_VIRTUAL: &str = "skipped: no model.safetensors in the mount";
 
 impl Bench {
     pub fn gguf_dequantize(&mut self, rows: &mut Vec<Row>) {
@@ -95,18 +203,201 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// The rows of item 13 on whole models: mount time, raw tensor files, the virtual
+    /// `model.safetensors`.
+    pub fn gguf_models(&self, rows: &mut Vec<Row>) {
+        let g = match &self.gguf {
+            Ok(g) => g,
+            Err(e) => {
+                rows.push(Row {
+                    id: "13",
+                    case: "GGUF: write the GGUF models".into(),
+                    unit: Unit::Secs,
+                    tm: Cell::Failed(e.clone()),
+                    base: Cell::None,
+                    base_what: "",
+                });
+                return;
+            }
+        };
+        self.gguf_mount_time(&g.sparse, rows);
+        self.gguf_fromfile(&g.mixed, rows);
+        self.gguf_virtual_safetensors(&g.q8, rows);
+    }
+
+    /// The mount time of the sparse Q4_K model, until live, against gguf-py's reader.
+    fn gguf_mount_time(&self, g: &GgufModel, rows: &mut Vec<Row>) {
+        let reader = self.gguf_passes("list", &[&g.file], (g.stored_bytes(), g.tensors.len()));
+        let mount = self.check_mount(g).and_then(|()| {
+            self.sample(|| {
+                let m = Mount::new(&g.dir, &self.mnt, self.tuning, "")?;
+                let took = m.took.as_secs_f64();
+                m.unmount()?;
+                Ok(took)
+            })
+        });
+        rows.push(Row {
+            id: "13",
+            case: format!(
+                "GGUF: mount time of model.gguf ({}, sparse), until live",
+                g.what
+            ),
+            unit: Unit::Ms,
+            tm: Cell::from(mount),
+            base: Cell::from(reader),
+            base_what: "gguf.GGUFReader + list names, types, shapes",
+        });
+    }
+
+    /// `numpy.fromfile` on every raw tensor file of the mixed model, cold and warm, against the
+    /// same bytes read from the `.gguf` at their offsets (page cache hot), as item 5.
+    fn gguf_fromfile(&self, g: &GgufModel, rows: &mut Vec<Row>) {
+        let bytes = g.stored_bytes();
+        let expected = (bytes, g.tensors.len());
+        let gb = Self::gbps(bytes);
+        let table = g.dir.with_extension("slices");
+        let mut lines = String::new();
+        for (t, off) in g.tensors.iter().zip(&g.offsets) {
+            let _ = writeln!(lines, "{off} {} {}", t.bytes(), t.ty.name());
+        }
+        let direct = fs::write(&table, lines)
+            .map_err(err(table.display()))
+            .and_then(|()| self.gguf_passes("slices", &[&g.file, &table], expected));
+        let runs = self.check_mount(g).and_then(|()| {
+            self.cold_warm_on(&g.dir, "", bytes, |m| {
+                let dir = m.path("model.tensors");
+                let v = self.gguf_passes_once("raw", &[&dir], 2, expected)?;
+                Ok((v[0], v[1]))
+            })
+        });
+        for (warm, w) in [(false, "cold"), (true, "warm")] {
+            rows.push(Row {
+                id: "13",
+                case: format!(
+                    "GGUF: load all ({}): numpy.fromfile on model.tensors/, {w}",
+                    g.what
+                ),
+                unit: Unit::GBps,
+                tm: Self::map(Self::pair(&runs, warm), &gb),
+                base: Self::map(direct.clone(), &gb),
+                base_what: "numpy.fromfile of the .gguf at the offsets",
+            });
+        }
+    }
+
+    /// `safetensors.numpy.load_file` of the virtual `model.safetensors` of the Q8_0 model, cold
+    /// and warm, against gguf-py's reader and dequantize of every tensor, in GB/s of float32.
+    fn gguf_virtual_safetensors(&self, g: &GgufModel, rows: &mut Vec<Row>) {
+        let bytes = g.f32_bytes();
+        let expected = (bytes, g.tensors.len());
+        let gb = Self::gbps(bytes);
+        let dequantized = self.gguf_passes("dequantize", &[&g.file], expected);
+        let present = self.check_mount(g).and_then(|()| {
+            let m = Mount::new(&g.dir, &self.mnt, self.tuning, "")?;
+            let present = m.path("model.safetensors").exists();
+            m.unmount()?;
+            Ok(present)
+        });
+        let runs = present.map(|present| {
+            present.then(|| {
+                self.cold_warm_on(&g.dir, "", bytes, |m| {
+                    let file = m.path("model.safetensors");
+                    let v = self.gguf_passes_once("load_file", &[&file], 2, expected)?;
+                    Ok((v[0], v[1]))
+                })
+            })
+        });
+        for (warm, w) in [(false, "cold"), (true, "warm")] {
+            rows.push(Row {
+                id: "13",
+                case: format!(
+                    "GGUF: load all ({}): safetensors.numpy.load_file on the virtual \
+                     model.safetensors, {w} (GB/s of float32)",
+                    g.what
+                ),
+                unit: Unit::GBps,
+                tm: match &runs {
+                    Ok(Some(r)) => Self::map(Self::pair(r, warm), &gb),
+                    Ok(None) => Cell::Text(NO_VIRTUAL.into()),
+                    Err(e) => Cell::Failed(e.clone()),
+                },
+                base: Self::map(dequantized.clone(), &gb),
+                base_what: "GGUFReader + quants.dequantize of each",
+            });
+        }
+    }
+
+    /// Mounts `g` once and checks that `model.tensors/` has a file for every tensor and nothing
+    /// else (but `__metadata__`), each with the tensor's type, stored size and offset in the
+    /// `.gguf`.
+    fn check_mount(&self, g: &GgufModel) -> Res<()> {
+        let m = Mount::new(&g.dir, &self.mnt, self.tuning, "")?;
+        let dir = m.path("model.tensors");
+        let check = || -> Res<()> {
+            let mut listed = fs::read_dir(&dir)
+                .map_err(err(dir.display()))?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<BTreeSet<_>, _>>()
+                .map_err(err(dir.display()))?;
+            listed.remove("__metadata__");
+            let written: BTreeSet<String> = g.tensors.iter().map(|t| t.name.clone()).collect();
+            if listed != written {
+                let extra = listed.difference(&written).next();
+                let missing = written.difference(&listed).next();
+                return Err(format!(
+                    "model.tensors/ lists {} files for {} tensors (first extra {extra:?}, first \
+                     missing {missing:?})",
+                    listed.len(),
+                    written.len()
+                ));
+            }
+            for (t, &offset) in g.tensors.iter().zip(&g.offsets) {
+                let p = dir.join(&t.name);
+                let len = fs::metadata(&p).map_err(err(p.display()))?.len();
+                let at = getxattr(&p, "user.safetensors.offset")?;
+                let ty = getxattr(&p, "user.safetensors.dtype")?;
+                if len != t.bytes() || at != offset.to_string() || ty != t.ty.name() {
+                    return Err(format!(
+                        "{}: {len} B of {ty} at {at}, written {} B of {} at {offset}",
+                        t.name,
+                        t.bytes(),
+                        t.ty.name()
+                    ));
+                }
+            }
+            Ok(())
+        };
+        let checked = check();
+        m.unmount()?;
+        checked
+    }
+
+    /// [`LOADERS`] in `mode` on `args`, warm-up + N passes in one process, the warm-up dropped.
+    fn gguf_passes(&self, mode: &str, args: &[&Path], expected: (u64, usize)) -> Res<Vec<f64>> {
+        let v = self.gguf_passes_once(mode, args, self.runs_total(), expected)?;
+        Ok(v[self.opts.warmup.min(v.len())..].to_vec())
+    }
+
+    /// [`LOADERS`] in `mode` on `args`, `passes` passes in one process.
+    fn gguf_passes_once(
+        &self,
+        mode: &str,
+        args: &[&Path],
+        passes: usize,
+        expected: (u64, usize),
+    ) -> Res<Vec<f64>> {
+        let mut a: Vec<&OsStr> = vec!["-c".as_ref(), LOADERS.as_ref(), mode.as_ref()];
+        a.extend(args.iter().map(|p| p.as_os_str()));
+        self.python_script_passes(&a, &format!("GGUF loader {mode}"), passes, expected)
+    }
+}
+
 /// `n` blocks of `bytes` random bytes whose first two bytes (the float16 scale of every type
 /// measured but Q6_K, whose scale is last) are a float16 near 0.01, so that no block is NaN.
 fn random_blocks(n: usize, bytes: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut v: Vec<u8> = (0..n * bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut v: Vec<u8> = (0..n * bytes).map(|_| rng.next() as u8).collect();
     for block in v.chunks_exact_mut(bytes) {
         let scale = 0x211fu16.to_le_bytes(); // 0.01
         block[..2].copy_from_slice(&scale);
@@ -147,4 +438,302 @@ fn numpy_rate(
         .lines()
         .map(|l| l.trim().parse::<f64>().map_err(|e| e.to_string()))
         .collect()
+}
+
+/// xorshift64, the bench's pseudo-random bytes.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The data alignment of the GGUF files written here (`general.alignment`).
+const ALIGN: u64 = 32;
+
+/// A tensor of a GGUF file: its name, type and `ne[]` (fastest dimension first).
+struct Tensor {
+    name: String,
+    ty: GgmlType,
+    ne: Vec<u64>,
+}
+
+impl Tensor {
+    fn elements(&self) -> u64 {
+        self.ne.iter().product()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.elements() / u64::from(self.ty.block_elements()) * u64::from(self.ty.block_bytes())
+    }
+}
+
+/// A llama-like model: token embedding, `blocks` blocks of 9 tensors (two norms, the attention's
+/// 4 matrices and the feed-forward's 3), final norm and output.
+struct Llama {
+    hidden: u64,
+    ffn: u64,
+    vocab: u64,
+    blocks: u64,
+}
+
+impl Llama {
+    /// The tensors in llama.cpp's order and names, each matrix of the type `matrix` gives its
+    /// role (`token_embd`, `attn_q`, `ffn_down`, `output`, ...), the norms F32.
+    fn tensors(&self, matrix: impl Fn(&str) -> GgmlType) -> Vec<Tensor> {
+        let (h, f, v) = (self.hidden, self.ffn, self.vocab);
+        let tensor = |name: String, role: &str, ne: &[u64]| Tensor {
+            name,
+            ty: if ne.len() == 1 {
+                GgmlType::F32
+            } else {
+                matrix(role)
+            },
+            ne: ne.to_vec(),
+        };
+        let mut out = vec![tensor("token_embd.weight".into(), "token_embd", &[h, v])];
+        for b in 0..self.blocks {
+            let roles: [(&str, &[u64]); 9] = [
+                ("attn_norm", &[h]),
+                ("attn_q", &[h, h]),
+                ("attn_k", &[h, h]),
+                ("attn_v", &[h, h]),
+                ("attn_output", &[h, h]),
+                ("ffn_norm", &[h]),
+                ("ffn_gate", &[h, f]),
+                ("ffn_up", &[h, f]),
+                ("ffn_down", &[f, h]),
+            ];
+            for (role, ne) in roles {
+                out.push(tensor(format!("blk.{b}.{role}.weight"), role, ne));
+            }
+        }
+        out.push(tensor("output_norm.weight".into(), "output_norm", &[h]));
+        out.push(tensor("output.weight".into(), "output", &[h, v]));
+        out
+    }
+
+    /// The metadata keys of the model's header.
+    fn metadata(&self) -> Vec<(&'static str, Kv)> {
+        let n = |v: u64| Kv::U32(v as u32);
+        vec![
+            ("general.architecture", Kv::Str("llama")),
+            ("general.name", Kv::Str("tensormount bench")),
+            ("general.alignment", n(ALIGN)),
+            ("llama.block_count", n(self.blocks)),
+            ("llama.context_length", n(4096)),
+            ("llama.embedding_length", n(self.hidden)),
+            ("llama.feed_forward_length", n(self.ffn)),
+            ("llama.attention.head_count", n(self.hidden / 128)),
+        ]
+    }
+}
+
+/// A metadata value of the GGUF files written here.
+enum Kv {
+    U32(u32),
+    Str(&'static str),
+}
+
+/// A GGUF model written alone in its directory as `model.gguf`, and what is in it.
+pub struct GgufModel {
+    pub dir: PathBuf,
+    pub file: PathBuf,
+    tensors: Vec<Tensor>,
+    /// Each tensor's absolute offset in the file.
+    offsets: Vec<u64>,
+    /// The tensor count and stored size, for the row names.
+    what: String,
+}
+
+impl GgufModel {
+    fn stored_bytes(&self) -> u64 {
+        self.tensors.iter().map(Tensor::bytes).sum()
+    }
+
+    /// The bytes of every tensor as float32.
+    fn f32_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.elements() * 4).sum()
+    }
+}
+
+/// Item 13's models (full sizes; --quick divides each dimension by 4, so the data by 16).
+pub struct GgufFixture {
+    /// 291 tensors, 3.94 GiB: Q4_K matrices (hidden 4096, feed-forward 12288, vocabulary 65536,
+    /// 32 blocks); the data section a hole.
+    pub sparse: GgufModel,
+    /// 201 tensors, 1.00 GiB of random bytes, as llama.cpp's Q4_K_M mixes types: a Q8_0
+    /// embedding, Q6_K `attn_v`, `ffn_down` and output, Q4_K for the other matrices (hidden
+    /// 2048, feed-forward 8192, vocabulary 32000, 22 blocks).
+    pub mixed: GgufModel,
+    /// 147 tensors, 275 MiB (1.01 GiB as float32): random Q8_0 matrices (hidden 1024,
+    /// feed-forward 2816, vocabulary 32000, 16 blocks).
+    pub q8: GgufModel,
+}
+
+/// Writes item 13's models in `root/gguf-*/model.gguf` and reads the two real ones once, so
+/// that their page cache is hot.
+pub fn build_gguf(root: &Path, quick: bool) -> Res<GgufFixture> {
+    let q = if quick { 4 } else { 1 };
+    let model = |name: &str, llama: Llama, matrix: fn(&str) -> GgmlType, fill: Fill| {
+        let dir = root.join(name);
+        fs::create_dir_all(&dir).map_err(err(dir.display()))?;
+        let file = dir.join("model.gguf");
+        let tensors = llama.tensors(matrix);
+        let offsets = write_gguf(&file, &llama.metadata(), &tensors, fill)?;
+        if let Fill::Random(_) = fill {
+            warm_file(&file)?;
+        }
+        let types: BTreeSet<&str> = tensors.iter().map(|t| t.ty.name()).collect();
+        let stored = tensors.iter().map(Tensor::bytes).sum();
+        let what = format!(
+            "{} tensors, {} {}",
+            tensors.len(),
+            fmt_size(stored),
+            types.into_iter().collect::<Vec<_>>().join("/")
+        );
+        Ok::<_, String>(GgufModel {
+            dir,
+            file,
+            tensors,
+            offsets,
+            what,
+        })
+    };
+    let sparse = Llama {
+        hidden: 4096 / q,
+        ffn: 12288 / q,
+        vocab: 65536 / q,
+        blocks: 32,
+    };
+    let mixed = Llama {
+        hidden: 2048 / q,
+        ffn: 8192 / q,
+        vocab: 32000 / q,
+        blocks: 22,
+    };
+    let q8 = Llama {
+        hidden: 1024 / q,
+        ffn: 2816 / q,
+        vocab: 32000 / q,
+        blocks: 16,
+    };
+    Ok(GgufFixture {
+        sparse: model("gguf-sparse", sparse, |_| GgmlType::Q4_K, Fill::Hole)?,
+        mixed: model(
+            "gguf-mixed",
+            mixed,
+            |role| match role {
+                "token_embd" => GgmlType::Q8_0,
+                "attn_v" | "ffn_down" | "output" => GgmlType::Q6_K,
+                _ => GgmlType::Q4_K,
+            },
+            Fill::Random(0x2545_f491_4f6c_dd1d),
+        )?,
+        q8: model(
+            "gguf-q8",
+            q8,
+            |_| GgmlType::Q8_0,
+            Fill::Random(0x5851_f42d_4c95_7f2d),
+        )?,
+    })
+}
+
+/// Writes a GGUF v3 file (little-endian) of `metadata` and `tensors`, each tensor's data at the next multiple of [`ALIGN`]; the data section is a hole
+/// (`Fill::Hole`) or random blocks ([`random_tensor`]), synced to disk. Returns each tensor's
+/// absolute offset.
+fn write_gguf(
+    path: &Path,
+    metadata: &[(&str, Kv)],
+    tensors: &[Tensor],
+    fill: Fill,
+) -> Res<Vec<u64>> {
+    fn string(h: &mut Vec<u8>, s: &str) {
+        h.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        h.extend_from_slice(s.as_bytes());
+    }
+    let mut h = b"GGUF".to_vec();
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    h.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        string(&mut h, key);
+        match value {
+            Kv::U32(n) => {
+                h.extend_from_slice(&4u32.to_le_bytes()); // UINT32
+                h.extend_from_slice(&n.to_le_bytes());
+            }
+            Kv::Str(s) => {
+                h.extend_from_slice(&8u32.to_le_bytes()); // STRING
+                string(&mut h, s);
+            }
+        }
+    }
+    let mut relative = Vec::with_capacity(tensors.len());
+    let mut end = 0u64;
+    for t in tensors {
+        string(&mut h, &t.name);
+        h.extend_from_slice(&(t.ne.len() as u32).to_le_bytes());
+        for d in &t.ne {
+            h.extend_from_slice(&d.to_le_bytes());
+        }
+        h.extend_from_slice(&t.ty.id().to_le_bytes());
+        h.extend_from_slice(&end.to_le_bytes());
+        relative.push(end);
+        end = (end + t.bytes()).next_multiple_of(ALIGN);
+    }
+    let start = (h.len() as u64).next_multiple_of(ALIGN);
+    h.resize(start as usize, 0);
+    let file = File::create(path).map_err(err(path.display()))?;
+    let mut w = BufWriter::with_capacity(8 * MIB as usize, &file);
+    w.write_all(&h).map_err(err(path.display()))?;
+    if let Fill::Random(seed) = fill {
+        let mut rng = Xorshift(seed);
+        let mut data = Vec::new();
+        for (t, at) in tensors.iter().zip(&relative) {
+            data.resize(t.bytes() as usize, 0);
+            random_tensor(t.ty, &mut data, &mut rng);
+            let pad = (at + t.bytes()).next_multiple_of(ALIGN) - (at + t.bytes());
+            w.write_all(&data).map_err(err(path.display()))?;
+            w.write_all(&[0; ALIGN as usize][..pad as usize])
+                .map_err(err(path.display()))?;
+        }
+    }
+    w.flush().map_err(err(path.display()))?;
+    drop(w);
+    file.set_len(start + end).map_err(err(path.display()))?;
+    if let Fill::Random(_) = fill {
+        file.sync_all().map_err(err(path.display()))?;
+    }
+    Ok(relative.into_iter().map(|r| start + r).collect())
+}
+
+/// Random data for a tensor of type `ty`: the values of an F32 tensor and the float16 scale of
+/// every Q8_0 block random in [-1, 1], so that they are finite; the K-quants' bytes as they come
+/// (only read raw).
+fn random_tensor(ty: GgmlType, data: &mut [u8], rng: &mut Xorshift) {
+    for c in data.chunks_mut(8) {
+        c.copy_from_slice(&rng.next().to_le_bytes()[..c.len()]);
+    }
+    match ty {
+        GgmlType::F32 => {
+            for v in data.chunks_exact_mut(4) {
+                let x = (rng.next() >> 40) as f32 / (1 << 23) as f32 - 1.0;
+                v.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        GgmlType::Q8_0 => {
+            for block in data.chunks_exact_mut(34) {
+                // A sign and a magnitude of at most 0x3c00, float16's 1.0.
+                let r = rng.next();
+                let scale = (r as u16 & 0x8000) | ((r >> 16) % 0x3c01) as u16;
+                block[..2].copy_from_slice(&scale.to_le_bytes());
+            }
+        }
+        _ => {}
+    }
 }

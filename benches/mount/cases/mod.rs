@@ -11,6 +11,9 @@ mod reads;
 mod refresh;
 mod widen;
 
+pub use gguf::{GgufFixture, build_gguf};
+
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +33,8 @@ pub struct Bench {
     pub large: LargeFixture,
     /// Item 11's checkpoint, or why it could not be written.
     pub pickle: Res<PickleFixture>,
+    /// Item 13's GGUF models, or why they could not be written.
+    pub gguf: Res<GgufFixture>,
     pub mnt: PathBuf,
     pub mnt_large: PathBuf,
     pub python: Option<PathBuf>,
@@ -155,47 +160,56 @@ impl Bench {
         mode: &str,
         path: &Path,
         passes: usize,
+        expected: (u64, usize),
+    ) -> Res<Vec<f64>> {
+        let script = Path::new(MANIFEST_DIR).join("benches/load_all.py");
+        let args = [script.as_os_str(), mode.as_ref(), path.as_os_str()];
+        self.python_script_passes(&args, &format!("load_all.py {mode}"), passes, expected)
+    }
+
+    /// The seconds of each pass of a Python script that takes PASSES after `args` and prints one
+    /// line "SECONDS BYTES TENSORS" a pass, as `benches/load_all.py` does; every pass must load
+    /// `expected` (bytes, tensors). `label` names the script in errors.
+    pub fn python_script_passes(
+        &self,
+        args: &[&OsStr],
+        label: &str,
+        passes: usize,
         (bytes_expected, tensors_expected): (u64, usize),
     ) -> Res<Vec<f64>> {
         let py = self
             .python
             .as_ref()
             .ok_or("no Python with safetensors + numpy (set TENSORMOUNT_PYTHON)")?;
-        let script = Path::new(MANIFEST_DIR).join("benches/load_all.py");
         let out = Command::new(py)
-            .arg(&script)
-            .arg(mode)
-            .arg(path)
+            .args(args)
             .arg(passes.to_string())
             .stdin(Stdio::null())
             .output()
             .map_err(err(py.display()))?;
         if !out.status.success() {
             let e = String::from_utf8_lossy(&out.stderr);
-            return Err(format!(
-                "load_all.py {mode}: {}",
-                e.lines().last().unwrap_or("failed")
-            ));
+            return Err(format!("{label}: {}", e.lines().last().unwrap_or("failed")));
         }
         let mut secs = Vec::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             let (Some(s), Some(b), Some(n)) = (f.first(), f.get(1), f.get(2)) else {
-                return Err(format!("load_all.py: bad line {line:?}"));
+                return Err(format!("{label}: bad line {line:?}"));
             };
-            let bytes: u64 = b.parse().map_err(err("load_all.py bytes"))?;
-            let count: usize = n.parse().map_err(err("load_all.py count"))?;
+            let bytes: u64 = b.parse().map_err(err(format!("{label} bytes")))?;
+            let count: usize = n.parse().map_err(err(format!("{label} count")))?;
             if bytes != bytes_expected || count != tensors_expected {
                 return Err(format!(
-                    "load_all.py {mode} loaded {count} tensors / {bytes} B, expected \
+                    "{label} loaded {count} tensors / {bytes} B, expected \
                      {tensors_expected} / {bytes_expected}"
                 ));
             }
-            secs.push(s.parse().map_err(err("load_all.py seconds"))?);
+            secs.push(s.parse().map_err(err(format!("{label} seconds")))?);
         }
         if secs.len() != passes {
             return Err(format!(
-                "load_all.py {mode}: {} passes reported, {passes} expected",
+                "{label}: {} passes reported, {passes} expected",
                 secs.len()
             ));
         }
@@ -276,6 +290,8 @@ impl Bench {
         if self.wants(&["13"]) {
             self.progress("13: GGUF dequantization");
             self.gguf_dequantize(&mut rows);
+            self.progress("13: GGUF models");
+            self.gguf_models(&mut rows);
         }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.

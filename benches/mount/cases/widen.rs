@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use tensormount::format::Dtype;
-use tensormount::widen::{Target, Widening};
+use tensormount::format::widen::{Target, Widening};
 
 use super::Bench;
 use crate::MIB;

@@ -56,7 +56,10 @@ fn description(header: &Header) -> Description {
         .collect();
     scalars.insert("format".into(), "gguf".into());
     let conversion = Conversion {
-        state_dict: tensors.iter().map(|t| (t.name.clone(), t.clone())).collect(),
+        state_dict: tensors
+            .iter()
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect(),
         metadata: scalars,
     };
     Description {
