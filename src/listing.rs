@@ -139,9 +139,12 @@ fn aligned(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
     out
 }
 
-/// A JSON array of objects: path, name, dtype, shape, size (as presented), source, offset (null
-/// for a gathered tensor); for a tensor widened by `-o dtype=`, also `stored_dtype` and `stored_size`.
-pub fn json(rows: &[Listed<'_>]) -> String {
+/// A JSON object: `tensors`, an array of objects (path, name, dtype, shape, size as presented,
+/// source, offset: null for a gathered tensor; for a tensor widened by `-o dtype=`, also
+/// `stored_dtype` and `stored_size`); and `metadata`, each tensor directory's metadata by its
+/// path (a value too long to keep, such as a vocabulary, as what is known of it: its type and
+/// length).
+pub fn json(rows: &[Listed<'_>], metadata: Vec<(String, serde_json::Value)>) -> String {
     let items: Vec<_> = rows
         .iter()
         .map(|r| {
@@ -162,7 +165,9 @@ pub fn json(rows: &[Listed<'_>]) -> String {
             item
         })
         .collect();
-    let mut s = serde_json::to_string_pretty(&items).unwrap_or_default();
+    let metadata: serde_json::Map<_, _> = metadata.into_iter().collect();
+    let out = json!({"tensors": items, "metadata": metadata});
+    let mut s = serde_json::to_string_pretty(&out).unwrap_or_default();
     s.push('\n');
     s
 }

@@ -79,7 +79,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         let (_, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
         let rows = tree.list();
         let out = if args.json {
-            listing::json(&rows)
+            listing::json(&rows, tree.list_metadata())
         } else {
             format!("{}\n{}", listing::table(&rows), listing::summary(&rows))
         };

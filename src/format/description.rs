@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde_json::Value as Json;
+
 use super::dtype::Dtype;
 
 /// A file's tensors and metadata, as its format's reader found them.
@@ -17,8 +19,10 @@ pub struct Description {
     pub data_start: u64,
     /// Tensors in data order (ascending offsets).
     pub tensors: Vec<Arc<Tensor>>,
-    /// The metadata map; `None` when absent (or `null`).
-    pub metadata: Option<BTreeMap<String, String>>,
+    /// The metadata map; `None` when absent (or `null`). Values are JSON: a string, number,
+    /// boolean or array is the value itself; an object is what is known of a value too long to
+    /// keep (GGUF's `{"type": "STRING", "length": 150000}` for a vocabulary), not the value.
+    pub metadata: Option<BTreeMap<String, Json>>,
     /// What the reader left out or found odd, each a whole message naming the file (warned once
     /// per version of the file).
     pub notes: Vec<String>,

@@ -98,7 +98,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         kind: "safetensors",
         data_start,
         tensors,
-        metadata,
+        metadata: metadata.map(|m| m.into_iter().map(|(k, v)| (k, v.into())).collect()),
         notes: Vec::new(),
         conversion: None,
         split: None,
@@ -333,7 +333,11 @@ mod tests {
                 t.end,
             )
         });
-        let metadata = h.metadata.map(|m| m.into_iter().collect());
+        let metadata = h.metadata.map(|m| {
+            m.into_iter()
+                .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        });
         Ok((tensors.collect(), metadata))
     }
 

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::layout::METADATA_FILE;
 use super::node::{Content, Ino, Node, ROOT};
 use super::reading::NotReadable;
 use super::table::Table;
@@ -194,6 +195,26 @@ impl Snapshot {
                     offset: source.data_start() + tensor.begin,
                 }),
                 _ => None,
+            })
+            .collect()
+    }
+
+    /// The metadata of every tensor directory that has a `__metadata__` file, by the directory's
+    /// path, for `--list --json`.
+    pub fn list_metadata(&self) -> Vec<(String, serde_json::Value)> {
+        self.entries()
+            .into_iter()
+            .filter_map(|(path, _, node)| {
+                let dir = match path.strip_suffix(METADATA_FILE)? {
+                    "" => "",
+                    parent => parent.strip_suffix('/')?,
+                };
+                match &node.content {
+                    Content::Generated(json) => {
+                        Some((dir.to_string(), serde_json::from_slice(json).ok()?))
+                    }
+                    _ => None,
+                }
             })
             .collect()
     }

@@ -117,13 +117,18 @@ pub fn file_tensors(
 }
 
 /// The metadata of a file of `format` described as `d`, as the JSON file and the xattrs of its
-/// tensor directory.
+/// tensor directory: every key in the file; as xattrs, the values (a string as itself, the rest
+/// as JSON), not what is known of a value too long to keep (an object).
 pub fn metadata_of(format: Format, d: &Description) -> (Option<Arc<[u8]>>, Arc<Xattrs>) {
     let json = d
         .metadata
         .as_ref()
         .map(|m| layout::metadata_json(&serde_json::json!(m)));
-    let entries = d.metadata.iter().flatten().map(|(k, v)| (k, v.clone()));
+    let entries = d.metadata.iter().flatten().filter_map(|(k, v)| match v {
+        serde_json::Value::String(s) => Some((k, s.clone())),
+        serde_json::Value::Object(_) => None,
+        v => Some((k, v.to_string())),
+    });
     (json, xattrs::metadata_xattrs(format, entries))
 }
 

@@ -299,7 +299,7 @@ fn log_file_receives_warnings_while_serving() {
     wait_for("mount", || is_mounted(&m.dir));
     let list = run(&["--list", "--json", s(&src)]);
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    let b = rows
+    let b = rows["tensors"]
         .as_array()
         .unwrap()
         .iter()

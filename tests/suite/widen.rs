@@ -234,7 +234,7 @@ fn widened_tensors_read_back_as_ml_dtypes_converts_them() {
     let out = run(&["--list", "--json", "-o", "dtype=f32", s(&src)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let bf16 = rows
+    let bf16 = rows["tensors"]
         .as_array()
         .unwrap()
         .iter()

@@ -44,7 +44,7 @@ fn description(header: &Header) -> Description {
     let metadata = header
         .metadata
         .iter()
-        .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
+        .map(|(k, v)| (k.clone(), v.to_json()))
         .collect::<BTreeMap<_, _>>();
     // The safetensors file: every tensor by its name (the quantized ones as their float32
     // values), and the scalar keys with `format: gguf`.
@@ -52,7 +52,7 @@ fn description(header: &Header) -> Description {
         .metadata
         .iter()
         .filter(|(_, v)| !matches!(v, Value::Array(_)))
-        .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
+        .map(|(k, v)| (k.clone(), text(v)))
         .collect();
     scalars.insert("format".into(), "gguf".into());
     let conversion = Conversion {
@@ -90,13 +90,11 @@ fn split(header: &Header) -> Option<Split> {
     })
 }
 
-/// A metadata value as text: a string as itself, anything else as JSON; `None` for an array
-/// too long to have been kept.
-fn text(v: &Value) -> Option<String> {
+/// A scalar metadata value as text: a string as itself, anything else as JSON.
+fn text(v: &Value) -> String {
     match v {
-        Value::String(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::Array(a) if a.values.is_none() => None,
-        _ => Some(v.to_json().to_string()),
+        Value::String(b) => String::from_utf8_lossy(b).into_owned(),
+        _ => v.to_json().to_string(),
     }
 }
 

@@ -82,9 +82,9 @@ fn direct_io_backend_is_served_with_pread() {
             ));
         }
     }
-    let got: BTreeSet<(String, String, u64, u64)> = rows
+    let got: BTreeSet<(String, String, u64, u64)> = rows["tensors"]
         .as_array()
-        .expect("--list --json prints an array")
+        .expect("--list --json prints an array of tensors")
         .iter()
         .map(|r| {
             (

@@ -121,7 +121,7 @@ fn list_json_matches_fixture() {
     let out = run(&["--list", "--json", s(&fx.path)]);
     assert!(out.status.success(), "{}", show(&out));
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
-    let items = v.as_array().expect("a JSON array");
+    let items = v["tensors"].as_array().expect("a JSON array of tensors");
     assert_eq!(items.len(), fx.tensors.len());
     let mut expected: Vec<_> = fx.tensors.iter().collect();
     expected.sort_by_key(|t| t.0);

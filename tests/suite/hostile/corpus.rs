@@ -483,8 +483,9 @@ fn valid_corpus_files_mount_and_list_their_tensors() {
         let listed: Option<BTreeSet<String>> = out
             .status
             .success()
-            .then(|| serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).ok())
+            .then(|| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
             .flatten()
+            .and_then(|v| v["tensors"].as_array().cloned())
             .map(|rows| {
                 rows.iter()
                     .map(|r| r["name"].as_str().unwrap_or_default().to_string())
