@@ -72,7 +72,8 @@ pub struct Args {
     #[arg(long)]
     pub list: bool,
 
-    /// With --list: print JSON instead of a table.
+    /// With --list: print JSON instead of a table (the tensors, and each tensor directory's
+    /// metadata).
     #[arg(long, requires = "list")]
     pub json: bool,
 
@@ -191,7 +192,8 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     (
         "gguf=on|off",
         "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
-         stored) and their metadata as user.gguf.* (on, the default); off: plain mirrored files",
+         stored) and their metadata as user.gguf.*, and a virtual NAME.safetensors (quantized \
+         tensors as float32); split sets are merged (on, the default); off: plain mirrored files",
     ),
     (
         "verify",
