@@ -30,7 +30,12 @@ fuzz_target!(|data: &[u8]| {
     for t in &d.tensors {
         assert!(t.begin >= end, "{}: overlaps the tensor before it", t.name);
         assert!(d.data_start + t.end <= len, "{}: past the end", t.name);
-        assert!(t.shape.len() <= 4, "{}: {} dimensions", t.name, t.shape.len());
+        assert!(
+            t.shape.len() <= 4,
+            "{}: {} dimensions",
+            t.name,
+            t.shape.len()
+        );
         let elements = t.shape.iter().map(|&n| n as u64).product();
         assert_eq!(t.dtype.size_of(elements), Some(t.size()), "{}", t.name);
         end = t.end;

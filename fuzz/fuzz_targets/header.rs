@@ -143,13 +143,19 @@ fn check_against_reference(h: &format::Description, reference: &safetensors::ten
         );
     }
     let ours = h.metadata.as_ref().map(|m| m.iter().collect::<Vec<_>>());
-    let mut theirs = reference
-        .metadata()
-        .as_ref()
-        .map(|m| m.iter().collect::<Vec<_>>());
+    // The crate's map, its values as our JSON strings, in key order as ours is.
+    let mut theirs: Option<Vec<(String, serde_json::Value)>> =
+        reference.metadata().as_ref().map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+                .collect()
+        });
     if let Some(v) = theirs.as_mut() {
-        v.sort();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
     }
+    let theirs = theirs
+        .as_ref()
+        .map(|m| m.iter().map(|(k, v)| (k, v)).collect::<Vec<_>>());
     assert_eq!(ours, theirs, "__metadata__ differs from the crate's");
 }
 

@@ -31,12 +31,12 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tensormount::clock::Clock;
 use tensormount::format;
+use tensormount::format::widen::{Target, Widening};
 use tensormount::names;
 use tensormount::namespace::{
     Content, Kind, Layout, NotReadable, Options, ROOT, Snapshot, SnapshotReadError, Writer,
 };
 use tensormount::source::Sources;
-use tensormount::format::widen::{Target, Widening};
 
 const SEP: &[u8] = b"\xff=====\xff";
 const SHARD1: &str = "model-00001-of-00002.safetensors";

@@ -47,9 +47,9 @@ pub fn check(d: &Description, file_len: u64) {
             .all(|w| (w[0].begin, &w[0].name) <= (w[1].begin, &w[1].name))
     );
     match &d.conversion {
-        Some(Ok(entries)) => {
-            assert!(!entries.is_empty());
-            for (_, t) in entries {
+        Some(Ok(conversion)) => {
+            assert!(!conversion.state_dict.is_empty());
+            for (_, t) in &conversion.state_dict {
                 assert!(d.tensors.iter().any(|u| Arc::ptr_eq(u, t)));
             }
         }
