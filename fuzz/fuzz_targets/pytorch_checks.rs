@@ -53,7 +53,7 @@ pub fn check(d: &Description, file_len: u64) {
                 assert!(d.tensors.iter().any(|u| Arc::ptr_eq(u, t)));
             }
         }
-        Some(Err(why)) => assert!(!why.is_empty()),
+        Some(Err(why)) => assert!(!why.to_string().is_empty()),
         None => panic!("no conversion"),
     }
 }

@@ -28,7 +28,7 @@ pub struct Description {
     pub notes: Vec<String>,
     /// For a file of another format: what the safetensors file it converts to holds, or why it
     /// is not offered as one. `None` for a safetensors file.
-    pub conversion: Option<Result<Conversion, String>>,
+    pub conversion: Option<Result<Conversion, NotOffered>>,
     /// What the file says of the numbered set it is a shard of, if anything.
     pub split: Option<Split>,
 }
@@ -43,6 +43,32 @@ pub struct Split {
     pub count: u64,
     /// How many tensors the whole set has.
     pub tensors: Option<u64>,
+}
+
+/// Why a file of another format is not offered as safetensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotOffered {
+    /// Loading it with its format's own library would run code it names (what, in words): always
+    /// said, with tensors or without.
+    Trap(String),
+    /// It has nothing to convert, or what it holds is not a state dict (why, in words): said of a
+    /// file that has tensors.
+    Unfit(String),
+}
+
+impl NotOffered {
+    /// Whether it is said of a file with no tensors too.
+    pub fn is_trap(&self) -> bool {
+        matches!(self, NotOffered::Trap(_))
+    }
+}
+
+impl std::fmt::Display for NotOffered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotOffered::Trap(why) | NotOffered::Unfit(why) => f.write_str(why),
+        }
+    }
 }
 
 /// What the safetensors file a checkpoint converts to holds.

@@ -28,7 +28,7 @@ mod safetensors;
 pub mod widen;
 
 pub use converted::{Converted, Part};
-pub use description::{Conversion, Description, Split, Tensor};
+pub use description::{Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Accident, FormatError, rule_name};
 pub use formats::{Format, GGUF, IndexName, Numbered, PYTORCH, SAFETENSORS, conversion_key};

@@ -223,7 +223,13 @@ impl Step<'_> {
                                 dir: format.converted_name(stem).unwrap_or_default(),
                                 what: Wanted::Converted(format),
                             }),
-                            Some(Err(why)) if !d.tensors.is_empty() => {
+                            // A trap is said of it with tensors or without.
+                            Some(Err(why))
+                                if !d.tensors.is_empty()
+                                    || d.conversion.as_ref().is_some_and(|c| {
+                                        c.as_ref().is_err_and(|e| e.is_trap())
+                                    }) =>
+                            {
                                 errors.insert(name.clone(), FileError::NotConverted(why.clone()));
                             }
                             _ => {}

@@ -216,7 +216,7 @@ impl Source {
                     Ok(conversion) => Converted::of(conversion)
                         .map(Arc::new)
                         .map_err(|e| Arc::from(format!("not offered as safetensors: {e}"))),
-                    Err(why) => Err(Arc::from(why.as_str())),
+                    Err(why) => Err(Arc::from(why.to_string())),
                 })
             })
             .as_ref()

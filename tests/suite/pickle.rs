@@ -608,6 +608,59 @@ fn malicious_pickles_never_run_and_their_globals_are_named() {
     assert_eq!(fs::read(m.path("good.tensors/fine")).unwrap().len(), 12);
 }
 
+/// The evasions of deny-list scanners (globals off their lists, dotted protocol-4 names, Python 2
+/// aliases, escaped protocol-0 strings, computed `STACK_GLOBAL` operands, a pickle that fails
+/// after its call, a trap with no tensors), each proven a trap by `torch.load(weights_only=False)`
+/// creating a marker in a subprocess of the oracle's: none is offered as safetensors, each is
+/// named in `user.tensormount.error`, nothing runs. Real checkpoints beside them (bf16, tied
+/// weights, optimizer state with `argparse` arguments, numpy arrays and scalars, counters and
+/// sets, protocol 4) are converted with no error.
+#[test]
+fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
+    require_fuse();
+    let py = python();
+    let marker_dir = TempDir::new("pickle-trap-marker");
+    let marker = marker_dir.join("MARKER");
+    let tmp = TempDir::new("pickle-traps");
+    let fx = tmp.join("fx");
+    let wrote = json(&python_script(
+        &py,
+        "traps.py",
+        &["write", s(&fx), s(&marker)],
+    ));
+    let m = mount_ok(&fx, "");
+    touch_everything(&m.dir);
+    let wrote = wrote.as_object().unwrap();
+    assert_eq!(wrote.len(), 19, "{wrote:?}");
+    for (file, want) in wrote {
+        let mirrored = m.path(file);
+        let virt = m.path(virtual_name(file));
+        let error = error_of(&mirrored);
+        match want["named"].as_str() {
+            Some(global) => {
+                assert!(!virt.exists(), "{file}: offered as safetensors");
+                let error = error.unwrap_or_else(|| panic!("{file}: no user.tensormount.error"));
+                assert!(
+                    error.contains(global),
+                    "{file}: {global} not named: {error}"
+                );
+                assert!(error.contains("nothing was run"), "{file}: {error}");
+                assert!(
+                    m.stderr.contains(file.as_str()) && m.stderr.contains(global),
+                    "{file}: no warning naming {global}: {}",
+                    m.stderr
+                );
+            }
+            None => {
+                assert!(virt.is_file(), "{file}: not converted: {error:?}");
+                assert_eq!(error, None, "{file}");
+            }
+        }
+    }
+    assert!(!marker.exists(), "a trap ran");
+    m.unmount().unwrap();
+}
+
 /// Item 5: truncated, deflated, big-endian and TorchScript checkpoints, random bytes and text
 /// named `.bin`: the mount works, each is mirrored without tensors or virtual file, the broken
 /// checkpoints say why, and the daemon still serves the good one beside them.

@@ -529,6 +529,11 @@ impl Llama {
             ("llama.embedding_length", n(self.hidden)),
             ("llama.feed_forward_length", n(self.ffn)),
             ("llama.attention.head_count", n(self.hidden / 128)),
+            // A vocabulary as llama.cpp's converter writes it: one entry a row of the embedding.
+            ("tokenizer.ggml.model", Kv::Str("llama")),
+            ("tokenizer.ggml.tokens", Kv::Tokens(self.vocab)),
+            ("tokenizer.ggml.scores", Kv::Scores(self.vocab)),
+            ("tokenizer.ggml.token_type", Kv::TokenTypes(self.vocab)),
         ]
     }
 }
@@ -537,6 +542,12 @@ impl Llama {
 enum Kv {
     U32(u32),
     Str(&'static str),
+    /// An array of that many short strings (`<0x00>`-like pieces).
+    Tokens(u64),
+    /// An array of that many FLOAT32 scores.
+    Scores(u64),
+    /// An array of that many INT32 token types.
+    TokenTypes(u64),
 }
 
 /// A GGUF model written alone in its directory as `model.gguf`, and what is in it.
@@ -670,6 +681,23 @@ fn write_gguf(
             Kv::Str(s) => {
                 h.extend_from_slice(&8u32.to_le_bytes()); // STRING
                 string(&mut h, s);
+            }
+            Kv::Tokens(n) | Kv::Scores(n) | Kv::TokenTypes(n) => {
+                h.extend_from_slice(&9u32.to_le_bytes()); // ARRAY
+                let ty: u32 = match value {
+                    Kv::Tokens(_) => 8, // STRING
+                    Kv::Scores(_) => 6, // FLOAT32
+                    _ => 5,             // INT32
+                };
+                h.extend_from_slice(&ty.to_le_bytes());
+                h.extend_from_slice(&n.to_le_bytes());
+                for i in 0..*n {
+                    match value {
+                        Kv::Tokens(_) => string(&mut h, &format!("\u{2581}tok{i}")),
+                        Kv::Scores(_) => h.extend_from_slice(&(-(i as f32)).to_le_bytes()),
+                        _ => h.extend_from_slice(&1i32.to_le_bytes()),
+                    }
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use super::{GgmlType, Header, Value, dequantize, read};
-use crate::format::description::{Conversion, Description, Split, Tensor};
+use crate::format::description::{Conversion, Description, NotOffered, Split, Tensor};
 use crate::format::dtype::{Block, Decode, Dtype};
 use crate::format::error::FormatError;
 
@@ -69,7 +69,7 @@ fn description(header: &Header) -> Description {
         metadata: Some(metadata),
         notes: Vec::new(),
         conversion: Some(if conversion.state_dict.is_empty() {
-            Err("no tensors".into())
+            Err(NotOffered::Unfit("no tensors".into()))
         } else {
             Ok(conversion)
         }),

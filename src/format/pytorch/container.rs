@@ -28,7 +28,7 @@ pub(super) struct Container {
     pub kind: &'static str,
     pub main: pickle::Pickle,
     pub storages: HashMap<String, Span>,
-    pub dangerous: Vec<String>,
+    pub unsafe_globals: Vec<String>,
 }
 
 /// An error of the checkpoint at `path`: the rule it breaks, what was found, and whether it ends
@@ -47,8 +47,25 @@ pub(super) fn checkpoint(
     }
 }
 
-/// A pickle error, as the file's: `part` names the pickle (`data.pkl`, ...).
+/// The rule of a pickle that names a global that is not one `torch.save` writes for tensors.
+pub(super) const UNSAFE: &str = "UnsafePickle";
+
+/// A pickle error, as the file's: `part` names the pickle (`data.pkl`, ...). A pickle that named
+/// an unsafe global before it broke the rule is refused for that global first.
 pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatError {
+    if !e.unsafe_globals.is_empty() {
+        return checkpoint(
+            path,
+            UNSAFE,
+            format!(
+                "{part}: calls {} before it breaks a rule ({e}: {}); nothing was run, the file is \
+                 not offered as safetensors",
+                e.unsafe_globals.join(", "),
+                e.rule
+            ),
+            false,
+        );
+    }
     checkpoint(path, e.rule, format!("{part}: {e}"), e.cut_short())
 }
 

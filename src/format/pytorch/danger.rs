@@ -1,84 +1,161 @@
-//! The globals whose mere presence in a pickle says the file is a trap: what unpickling it with
-//! Python would run can execute commands, reach the file system or the network, or load more
-//! pickles. None is ever run here; the file is only not offered as safetensors.
+//! Which globals a pickle may name and still be offered as safetensors: an allow-list of what
+//! `torch.save` writes for tensors and the plain data kept beside them (dicts, numpy arrays and
+//! scalars, `argparse.Namespace`, Lightning's hyper-parameters). Every other global is unsafe:
+//! unpickling it with Python imports its module and may call it, so what it runs is unknown. None
+//! is ever imported or run here; a pickle that names one is only not offered as safetensors, and
+//! the global is named.
+//!
+//! Names are taken as Python resolves them on load: Python 2 modules through pickle's compat map
+//! (`__builtin__` is `builtins`, `cStringIO` is `io`), and a dotted name (`torch` + `os.system`,
+//! which protocol 4 resolves attribute by attribute) is never on the list.
 
 use std::collections::HashSet;
 
-use super::pickle::{Pickle, Value};
+use super::dtypes::{dtype_global, storage_class};
+use super::value::Value;
 
-/// Modules every global of which (and of their submodules) can run code, reach the file system or
-/// the network, or load more pickles: from `picklescan`'s and `fickling`'s lists. A pickle that
-/// names any of them is not a checkpoint torch wrote.
+/// Python 2 module names as `_compat_pickle.IMPORT_MAPPING` maps them when Python 3 loads a
+/// pickle (those whose globals a checkpoint could name).
 #[rustfmt::skip]
-const DANGEROUS_MODULES: &[&str] = &[
-    "os", "posix", "nt", "posixpath", "ntpath", "subprocess", "_posixsubprocess", "pty", "sys",
-    "commands", "multiprocessing", "runpy", "code", "codeop", "marshal", "types", "importlib",
-    "_imp", "_frozen_importlib", "_frozen_importlib_external", "zipimport", "pkgutil", "site",
-    "gc", "inspect", "shutil", "tempfile", "io", "_io", "fileinput", "glob", "linecache", "mmap",
-    "select", "selectors", "shelve", "socket", "socketserver", "ssl", "http", "httplib", "urllib",
-    "urllib2", "requests", "aiohttp", "ftplib", "telnetlib", "smtplib", "imaplib", "poplib",
-    "nntplib", "xmlrpc", "webbrowser", "asyncio", "threading", "_thread", "signal", "_signal",
-    "atexit", "ctypes", "_ctypes", "pickle", "_pickle", "cPickle", "dill", "cloudpickle", "joblib",
-    "pip", "setuptools", "distutils", "ensurepip", "venv", "pydoc", "pdb", "bdb", "doctest",
-    "timeit", "profile", "cProfile", "trace", "platform", "logging", "uuid", "pexpect", "idlelib",
-    "lib2to3", "_osx_support", "_aix_support", "_pyrepl", "numpy.f2py", "numpy.testing",
-    "torch.hub", "torch.jit", "torch._dynamo", "torch._inductor", "torch.utils.collect_env",
-    "torch.utils.bottleneck",
+const PY2_MODULES: &[(&str, &str)] = &[
+    ("__builtin__", "builtins"), ("copy_reg", "copyreg"), ("Queue", "queue"),
+    ("SocketServer", "socketserver"), ("ConfigParser", "configparser"), ("repr", "reprlib"),
+    ("tkFileDialog", "tkinter.filedialog"), ("tkSimpleDialog", "tkinter.simpledialog"),
+    ("tkColorChooser", "tkinter.colorchooser"), ("tkCommonDialog", "tkinter.commondialog"),
+    ("Dialog", "tkinter.dialog"), ("Tkdnd", "tkinter.dnd"), ("tkFont", "tkinter.font"),
+    ("tkMessageBox", "tkinter.messagebox"), ("ScrolledText", "tkinter.scrolledtext"),
+    ("Tkconstants", "tkinter.constants"), ("Tix", "tkinter.tix"), ("ttk", "tkinter.ttk"),
+    ("Tkinter", "tkinter"), ("markupbase", "_markupbase"), ("_winreg", "winreg"),
+    ("thread", "_thread"), ("dummy_thread", "_dummy_thread"), ("dbhash", "dbm.bsd"),
+    ("dumbdbm", "dbm.dumb"), ("dbm", "dbm.ndbm"), ("gdbm", "dbm.gnu"), ("xmlrpclib", "xmlrpc.client"),
+    ("DocXMLRPCServer", "xmlrpc.server"), ("SimpleXMLRPCServer", "xmlrpc.server"),
+    ("httplib", "http.client"), ("htmlentitydefs", "html.entities"), ("HTMLParser", "html.parser"),
+    ("Cookie", "http.cookies"), ("cookielib", "http.cookiejar"), ("BaseHTTPServer", "http.server"),
+    ("test.test_support", "test.support"), ("commands", "subprocess"), ("urlparse", "urllib.parse"),
+    ("robotparser", "urllib.robotparser"), ("urllib2", "urllib.request"), ("anydbm", "dbm"),
+    ("_abcoll", "collections.abc"), ("cPickle", "pickle"), ("_elementtree", "xml.etree.ElementTree"),
+    ("FileDialog", "tkinter.filedialog"), ("SimpleDialog", "tkinter.simpledialog"),
+    ("DocXMLRPCServer", "xmlrpc.server"), ("SimpleHTTPServer", "http.server"),
+    ("CGIHTTPServer", "http.server"), ("UserDict", "collections"), ("UserList", "collections"),
+    ("UserString", "collections"), ("whichdb", "dbm"), ("StringIO", "io"), ("cStringIO", "io"),
 ];
 
-/// Single globals that reach attributes, wrap calls or load files.
-const DANGEROUS_NAMES: &[(&str, &[&str])] = &[
-    ("operator", &["attrgetter", "itemgetter", "methodcaller"]),
-    ("_operator", &["attrgetter", "itemgetter", "methodcaller"]),
-    ("functools", &["partial", "partialmethod", "reduce"]),
-    ("torch", &["load", "save"]),
-    (
-        "torch.serialization",
-        &["load", "save", "_load", "_legacy_load"],
-    ),
-];
-
-/// The builtins that only make data: every other builtin (`eval`, `exec`, `open`, `getattr`,
-/// `__import__`, ...) is dangerous.
+/// Python 2 globals that `_compat_pickle.NAME_MAPPING` moves to another module or name (those
+/// that matter here: the builtins).
 #[rustfmt::skip]
-const SAFE_BUILTINS: &[&str] = &[
-    "bool", "int", "float", "complex", "str", "bytes", "bytearray", "list", "tuple", "set",
-    "frozenset", "dict", "slice", "range", "object", "len", "abs", "sum", "min", "max", "round",
-    "pow", "divmod", "sorted", "reversed", "enumerate", "zip", "map", "filter", "iter", "next",
-    "all", "any", "hash", "repr", "ascii", "bin", "hex", "oct", "ord", "chr", "isinstance",
-    "issubclass", "callable", "format",
+const PY2_NAMES: &[((&str, &str), (&str, &str))] = &[
+    (("__builtin__", "xrange"), ("builtins", "range")),
+    (("__builtin__", "reduce"), ("functools", "reduce")),
+    (("__builtin__", "intern"), ("sys", "intern")),
+    (("__builtin__", "unichr"), ("builtins", "chr")),
+    (("__builtin__", "unicode"), ("builtins", "str")),
+    (("__builtin__", "long"), ("builtins", "int")),
+    (("__builtin__", "basestring"), ("builtins", "str")),
+    (("itertools", "izip"), ("builtins", "zip")),
+    (("itertools", "imap"), ("builtins", "map")),
+    (("itertools", "ifilter"), ("builtins", "filter")),
+    (("UserDict", "IterableUserDict"), ("collections", "UserDict")),
+    (("UserList", "UserList"), ("collections", "UserList")),
+    (("UserDict", "UserDict"), ("collections", "UserDict")),
+    (("UserString", "UserString"), ("collections", "UserString")),
 ];
 
-/// Every dangerous global the pickle names, spelled `module.name`, added to `out` once each in
-/// order of first appearance.
-pub(super) fn dangerous_globals(pickle: &Pickle, out: &mut Vec<String>) {
-    let mut seen: HashSet<String> = out.iter().cloned().collect();
-    for value in &pickle.values {
-        if let Value::Global { module, name } = value
-            && is_dangerous(module, name)
-        {
-            let spelled = format!("{module}.{name}");
-            if seen.insert(spelled.clone()) {
-                out.push(spelled);
-            }
-        }
+/// The globals a checkpoint of tensors may name, by module (after the compat map): the names
+/// listed, or with a trailing `*` every name with that prefix.
+#[rustfmt::skip]
+const ALLOWED: &[(&str, &[&str])] = &[
+    // The data types the pickle itself builds, and containers of them.
+    ("builtins", &["set", "frozenset", "bytearray", "bytes", "str", "int", "float", "complex",
+        "bool", "slice", "range", "list", "tuple", "dict", "object"]),
+    ("collections", &["OrderedDict", "defaultdict", "Counter", "deque"]),
+    // How protocols 0 and 1 rebuild an instance of an allowed class, and bytes in protocol 2.
+    ("copyreg", &["_reconstructor", "__newobj__", "__newobj_ex__"]),
+    ("_codecs", &["encode"]),
+    // What torch.save writes for tensors, parameters and their storages.
+    ("torch._utils", &["_rebuild_*"]),
+    ("torch._tensor", &["_rebuild_from_type", "_rebuild_from_type_v2", "Tensor"]),
+    ("torch.nn.parameter", &["Parameter", "Buffer", "UninitializedParameter", "UninitializedBuffer"]),
+    ("torch.serialization", &["_get_layout"]),
+    ("torch.storage", &["UntypedStorage", "TypedStorage"]),
+    ("torch", &["Size", "Tensor", "device", "strided", "sparse_coo", "sparse_csr", "sparse_csc",
+        "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged", "contiguous_format", "channels_last",
+        "channels_last_3d", "preserve_format", "per_tensor_affine", "per_channel_affine",
+        "per_tensor_symmetric", "per_channel_symmetric", "per_channel_affine_float_qparams"]),
+    // numpy arrays and scalars (numpy 1 and 2).
+    ("numpy", &["ndarray", "dtype"]),
+    ("numpy.core.multiarray", &["_reconstruct", "scalar"]),
+    ("numpy._core.multiarray", &["_reconstruct", "scalar"]),
+    ("numpy.core.numeric", &["_frombuffer"]),
+    ("numpy._core.numeric", &["_frombuffer"]),
+    ("numpy.dtypes", &["*DType"]),
+    // The hyper-parameters training scripts save beside the weights.
+    ("argparse", &["Namespace"]),
+    ("pytorch_lightning.utilities.parsing", &["AttributeDict"]),
+    ("lightning_fabric.utilities.data", &["AttributeDict"]),
+    ("lightning.fabric.utilities.data", &["AttributeDict"]),
+    ("pathlib", &["Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"]),
+    ("datetime", &["datetime", "date", "time", "timedelta", "timezone"]),
+];
+
+/// `module.name` as Python 3 resolves it when it loads the pickle: through the compat map of
+/// Python 2 names.
+pub(super) fn resolved(module: &str, name: &str) -> (String, String) {
+    if let Some((_, (m, n))) = PY2_NAMES.iter().find(|(from, _)| *from == (module, name)) {
+        return (m.to_string(), n.to_string());
     }
+    let module = PY2_MODULES
+        .iter()
+        .find(|(from, _)| *from == module)
+        .map_or(module, |(_, to)| to);
+    (module.to_string(), name.to_string())
 }
 
-fn is_dangerous(module: &str, name: &str) -> bool {
-    let within = |m: &str| {
-        module == m
-            || module
-                .strip_prefix(m)
-                .is_some_and(|rest| rest.starts_with('.'))
-    };
-    if ["builtins", "__builtin__", "__builtins__"].contains(&module) {
-        return !SAFE_BUILTINS.contains(&name);
+/// Whether the (resolved) global is one a checkpoint of tensors names.
+fn allowed(module: &str, name: &str) -> bool {
+    // torch's dtypes and storage classes (`torch.float32`, `torch.FloatStorage`,
+    // `torch.cuda.HalfStorage`), as the reader knows them.
+    if dtype_global(module, name).is_some() || storage_class(module, name).is_some() {
+        return true;
     }
-    DANGEROUS_MODULES.iter().any(|m| within(m))
-        || DANGEROUS_NAMES
-            .iter()
-            .any(|(m, names)| module == *m && names.contains(&name))
+    ALLOWED.iter().any(|(m, names)| {
+        *m == module
+            && names.iter().any(|n| match n.strip_prefix('*') {
+                Some(suffix) => name.ends_with(suffix) && !name.contains('.'),
+                None => match n.strip_suffix('*') {
+                    Some(prefix) => name.starts_with(prefix) && !name.contains('.'),
+                    None => *n == name,
+                },
+            })
+    })
+}
+
+/// Every unsafe global the values name, spelled `module.name` as Python resolves it (and as
+/// written, where that differs), added to `out` once each in order of first appearance.
+pub(super) fn unsafe_globals(values: &[Value], out: &mut Vec<String>) {
+    let mut seen: HashSet<String> = out.iter().cloned().collect();
+    for value in values {
+        let spelled = match value {
+            Value::Global { module, name } => {
+                let (m, n) = resolved(module, name);
+                if allowed(&m, &n) {
+                    continue;
+                }
+                match (&*m, &*n) == (&**module, &**name) {
+                    true => format!("{m}.{n}"),
+                    false => format!("{m}.{n} (written {module}.{name})"),
+                }
+            }
+            Value::ComputedGlobal => {
+                "a global whose name the pickle computes (STACK_GLOBAL of values that are not \
+                 strings)"
+                    .to_string()
+            }
+            _ => continue,
+        };
+        if seen.insert(spelled.clone()) {
+            out.push(spelled);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -86,19 +163,22 @@ mod tests {
     use super::*;
     use crate::format::pytorch::pickle::load;
 
-    #[test]
-    fn dangerous_globals_are_named_once_in_order() {
-        let p = load(
-            b"\x80\x02(cos\nsystem\n(S'echo'\ntR\x8c\x08builtins\x8c\x04eval\x93\x8c\x08builtins\x8c\x03set\x93\
-              cos\nsystem\ncposixpath\njoin\ncsubprocess\nPopen\ncbuiltins\ngetattr\ncargparse\nNamespace\n\
-              ccollections\nOrderedDict\nctorch._utils\n_rebuild_tensor_v2\ncoperator\nitemgetter\n\
-              ctorch.serialization\n_get_layout\nctorch\nload\nl.",
-        )
-        .unwrap();
+    fn named(pickle: &[u8]) -> Vec<String> {
+        let p = load(pickle).unwrap();
         let mut out = Vec::new();
-        dangerous_globals(&p, &mut out);
+        unsafe_globals(&p.values, &mut out);
+        out
+    }
+
+    #[test]
+    fn unsafe_globals_are_named_once_in_order() {
         assert_eq!(
-            out,
+            named(
+                b"\x80\x02(cos\nsystem\n(S'echo'\ntR\x8c\x08builtins\x8c\x04eval\x93\x8c\x08builtins\x8c\x03set\x93\
+                  cos\nsystem\ncposixpath\njoin\ncsubprocess\nPopen\ncbuiltins\ngetattr\ncargparse\nNamespace\n\
+                  ccollections\nOrderedDict\nctorch._utils\n_rebuild_tensor_v2\ncoperator\nitemgetter\n\
+                  ctorch.serialization\n_get_layout\nctorch\nload\nl."
+            ),
             [
                 "os.system",
                 "builtins.eval",
@@ -109,5 +189,86 @@ mod tests {
                 "torch.load"
             ]
         );
+    }
+
+    /// What scanners with deny-lists let through: any global not on the list is named.
+    #[test]
+    fn a_global_off_the_list_is_unsafe() {
+        for (module, name) in [
+            ("torch.fx.experimental.symbolic_shapes", "ShapeEnv"),
+            ("torch.utils.data.datapipes.utils.decoder", "basichandlers"),
+            ("torch.storage", "_load_from_bytes"),
+            ("codecs", "open"),
+            ("zipfile", "ZipFile"),
+            ("sqlite3", "connect"),
+            ("torch.fx.graph_module", "_exec_with_source"),
+            ("torch.utils.model_zoo", "load_url"),
+            ("torch", "from_file"),
+            ("numpy", "load"),
+            ("pathlib", "Path.touch"),
+            ("torch", "os.system"),
+            ("torch._utils", "_rebuild_tensor.__globals__"),
+            ("builtins", "getattr"),
+        ] {
+            let pickle = format!("c{module}\n{name}\n.");
+            assert_eq!(
+                named(pickle.as_bytes()),
+                [format!("{module}.{name}")],
+                "{module}.{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn python_2_names_are_resolved_as_python_3_loads_them() {
+        assert_eq!(
+            named(b"ccStringIO\nStringIO\n."),
+            ["io.StringIO (written cStringIO.StringIO)"]
+        );
+        assert_eq!(
+            named(b"cSocketServer\nTCPServer\n."),
+            ["socketserver.TCPServer (written SocketServer.TCPServer)"]
+        );
+        assert_eq!(
+            named(b"c__builtin__\nreduce\n."),
+            ["functools.reduce (written __builtin__.reduce)"]
+        );
+        assert_eq!(
+            named(b"ccommands\ngetoutput\n."),
+            ["subprocess.getoutput (written commands.getoutput)"]
+        );
+        // Allowed once resolved.
+        for ok in [
+            b"c__builtin__\nset\n.".as_slice(),
+            b"c__builtin__\nxrange\n.",
+            b"ccopy_reg\n_reconstructor\n.",
+        ] {
+            assert_eq!(named(ok), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn what_torch_save_writes_is_allowed() {
+        for (module, name) in [
+            ("torch._utils", "_rebuild_tensor_v2"),
+            ("torch._utils", "_rebuild_parameter"),
+            ("torch", "FloatStorage"),
+            ("torch", "bfloat16"),
+            ("torch.cuda", "HalfStorage"),
+            ("torch", "Size"),
+            ("collections", "OrderedDict"),
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "scalar"),
+            ("numpy.dtypes", "Float32DType"),
+            ("argparse", "Namespace"),
+            ("_codecs", "encode"),
+        ] {
+            let pickle = format!("c{module}\n{name}\n.");
+            assert_eq!(
+                named(pickle.as_bytes()),
+                Vec::<String>::new(),
+                "{module}.{name}"
+            );
+        }
     }
 }

@@ -40,10 +40,10 @@ pub(super) fn is_tar_checkpoint(head: &[u8]) -> bool {
 /// Reads the pickles and the storages' places.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
     let mut at = MAGIC_PICKLE.len() as u64;
-    let mut dangerous = Vec::new();
+    let mut unsafe_globals = Vec::new();
     let mut next = |part: &str, at: &mut u64| -> Result<Pickle, FormatError> {
         let p = load_at(file, len, *at, path, part)?;
-        danger::dangerous_globals(&p, &mut dangerous);
+        danger::unsafe_globals(&p.values, &mut unsafe_globals);
         *at = at.saturating_add(p.consumed as u64);
         Ok(p)
     };
@@ -92,7 +92,7 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         kind: "pytorch-legacy",
         main,
         storages,
-        dangerous,
+        unsafe_globals,
     })
 }
 

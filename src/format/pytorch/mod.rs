@@ -27,9 +27,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::description::{Conversion, Description, Tensor};
+use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
-use container::{Container, Span, checkpoint, load_at};
+use container::{Container, Span, UNSAFE, checkpoint, load_at};
 use torch::{Found, MAX_NOTES};
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
@@ -61,26 +61,28 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
 }
 
 /// A file that is one plain pickle rather than a `torch.save` checkpoint: `torch.load` would still
-/// unpickle it, so one that names a dangerous global is refused by name (nothing is run either
-/// way); any other is simply not a checkpoint.
+/// unpickle it, so one that names an unsafe global is refused by name, even if it fails after it
+/// (nothing is run either way); any other is simply not a checkpoint.
 fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
     let foreign = FormatError::Foreign(path.to_path_buf());
     // Read as far as the pickle goes (no further than a pickle may be), as the legacy reader does.
-    let Ok(p) = load_at(file, len, 0, path, "the pickle") else {
-        return foreign;
+    let p = match load_at(file, len, 0, path, "the pickle") {
+        Ok(p) => p,
+        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return e,
+        Err(_) => return foreign,
     };
-    let mut dangerous = Vec::new();
-    danger::dangerous_globals(&p, &mut dangerous);
-    if dangerous.is_empty() {
+    let mut unsafe_globals = Vec::new();
+    danger::unsafe_globals(&p.values, &mut unsafe_globals);
+    if unsafe_globals.is_empty() {
         return foreign;
     }
     checkpoint(
         path,
-        "UnsafePickle",
+        UNSAFE,
         format!(
             "a plain pickle, not a torch.save checkpoint, that calls {}; nothing was run, the \
              file is not offered as safetensors",
-            dangerous.join(", ")
+            unsafe_globals.join(", ")
         ),
         false,
     )
@@ -108,7 +110,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
     }
     tensors.sort_by(|a, b| (a.begin, &a.name).cmp(&(b.begin, &b.name)));
 
-    let conversion = if c.dangerous.is_empty() {
+    let conversion = if c.unsafe_globals.is_empty() {
         match walked.state_dict {
             Ok(keys) => {
                 let mut entries = Vec::with_capacity(keys.len());
@@ -124,7 +126,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
                     notes.push(left_out_note(&left_out));
                 }
                 if entries.is_empty() {
-                    Err("no tensors".to_string())
+                    Err(NotOffered::Unfit("no tensors".to_string()))
                 } else {
                     Ok(Conversion {
                         state_dict: entries,
@@ -132,15 +134,15 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
                     })
                 }
             }
-            Err(why) => Err(why),
+            Err(why) => Err(NotOffered::Unfit(why)),
         }
     } else {
         let why = format!(
             "the pickle calls {}; nothing was run, the file is not offered as safetensors",
-            c.dangerous.join(", ")
+            c.unsafe_globals.join(", ")
         );
         notes.insert(0, why.clone());
-        Err(why)
+        Err(NotOffered::Trap(why))
     };
     Ok(Description {
         kind: c.kind,

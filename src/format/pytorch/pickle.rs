@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use super::danger::unsafe_globals;
 pub(super) use super::value::{Added, FALSE, Id, NONE, Pickle, PickleError, SeqKind, TRUE, Value};
 
 /// Most values one pickle may make (beyond that the input is not a checkpoint's pickle).
@@ -41,20 +42,11 @@ pub(super) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
         memo: HashMap::new(),
         max_values: input.len().saturating_add(16).min(MAX_VALUES),
     };
-    loop {
-        m.op_at = m.pos;
-        let op = m.byte()?;
-        if op == b'.' {
-            let top = m.pop()?;
-            return Ok(Pickle {
-                values: m.values,
-                added: m.added,
-                top,
-                consumed: m.pos,
-            });
-        }
-        m.step(op)?;
-    }
+    m.run().map_err(|mut e| {
+        // What it named before it failed is what Python would have imported.
+        unsafe_globals(&m.values, &mut e.unsafe_globals);
+        e
+    })
 }
 
 struct Machine<'a> {
@@ -72,11 +64,30 @@ struct Machine<'a> {
 }
 
 impl<'a> Machine<'a> {
+    /// Every opcode up to `STOP`.
+    fn run(&mut self) -> Result<Pickle, PickleError> {
+        loop {
+            self.op_at = self.pos;
+            let op = self.byte()?;
+            if op == b'.' {
+                let top = self.pop()?;
+                return Ok(Pickle {
+                    values: std::mem::take(&mut self.values),
+                    added: std::mem::take(&mut self.added),
+                    top,
+                    consumed: self.pos,
+                });
+            }
+            self.step(op)?;
+        }
+    }
+
     fn error(&self, rule: &'static str, what: impl Into<String>) -> PickleError {
         PickleError {
             rule,
             at: self.op_at,
             what: what.into(),
+            unsafe_globals: Vec::new(),
         }
     }
 
@@ -443,14 +454,16 @@ impl<'a> Machine<'a> {
             0x93 => {
                 let name = self.pop()?;
                 let module = self.pop()?;
-                let (Some(Value::Str(module)), Some(Value::Str(name))) = (
+                let id = match (
                     self.values.get(module as usize),
                     self.values.get(name as usize),
-                ) else {
-                    return Err(self.error("BadGlobal", "STACK_GLOBAL wants two strings"));
+                ) {
+                    (Some(Value::Str(module)), Some(Value::Str(name))) => {
+                        let (module, name) = (module.to_string(), name.to_string());
+                        self.global(module, name)?
+                    }
+                    _ => self.make(Value::ComputedGlobal)?,
                 };
-                let (module, name) = (module.to_string(), name.to_string());
-                let id = self.global(module, name)?;
                 self.push(id)?;
             }
             0x82 => {
@@ -616,26 +629,53 @@ fn unquote(line: &[u8]) -> Option<String> {
         return None;
     }
     let inner = line.get(1..line.len() - 1)?;
+    Some(String::from_utf8_lossy(&escape_decode(inner)?).into_owned())
+}
+
+/// Python's `codecs.escape_decode`, which protocol 0's `STRING` applies: `\\`, `\'`, `\"`, `\a`,
+/// `\b`, `\f`, `\n`, `\r`, `\t`, `\v`, one to three octal digits, `\x` and two hex digits (fewer is an error); any other backslash stays.
+fn escape_decode(inner: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(inner.len());
-    let mut bytes = inner.iter().copied();
-    while let Some(b) = bytes.next() {
+    let mut i = 0;
+    while let Some(&b) = inner.get(i) {
+        i += 1;
         if b != b'\\' {
             out.push(b);
             continue;
         }
-        match bytes.next()? {
+        let c = *inner.get(i)?;
+        i += 1;
+        match c {
+            b'\\' | b'\'' | b'"' => out.push(c),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
             b'n' => out.push(b'\n'),
-            b't' => out.push(b'\t'),
             b'r' => out.push(b'\r'),
-            b'x' => {
-                let hex = [bytes.next()?, bytes.next()?];
-                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let mut v = u32::from(c - b'0');
+                for _ in 0..2 {
+                    match inner.get(i) {
+                        Some(&d @ b'0'..=b'7') => {
+                            v = v * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(v as u8);
             }
-            c @ b'0'..=b'7' => out.push(c - b'0'),
-            c => out.push(c),
+            b'x' => {
+                let hex = std::str::from_utf8(inner.get(i..i + 2)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.extend_from_slice(&[b'\\', c]),
         }
     }
-    Some(String::from_utf8_lossy(&out).into_owned())
+    Some(out)
 }
 
 /// Python's `raw-unicode-escape`: bytes are Latin-1 code points, except `\uXXXX` and
@@ -816,6 +856,48 @@ mod tests {
         assert!(matches!(p.get(p.top), Value::Dict(d) if d.len() == 1));
     }
 
+    /// Protocol 0's `STRING` decodes as Python's `codecs.escape_decode`: `S'\157\163'` is `os`.
+    #[test]
+    fn protocol_0_strings_decode_every_escape() {
+        let cases: [(&[u8], &[u8]); 5] = [
+            (br"'\157\163'", b"os"),
+            (br"'\x6fs'", b"os"),
+            (br"'\1\12\123\1234'", b"\x01\x0aS\x534"),
+            (br#""\a\b\f\v\\\'\"""#, b"\x07\x08\x0c\x0b\\'\""),
+            (br"'\q'", br"\q"),
+        ];
+        for (quoted, decoded) in cases {
+            let mut p = b"S".to_vec();
+            p.extend_from_slice(quoted);
+            p.extend_from_slice(b"\n.");
+            let v = run(&p);
+            assert_eq!(
+                v.get(v.top),
+                &Value::Str(String::from_utf8_lossy(decoded).into()),
+                "{}",
+                String::from_utf8_lossy(quoted)
+            );
+        }
+        assert_eq!(err(b"S'\\x6'\n.").rule, "BadText");
+        // A module and a name spelled in escapes are a global like any other.
+        let p = run(b"S'\\157\\163'\nS'\\163ystem'\n\x93.");
+        assert_eq!(p.global(p.top), Some(("os", "system")));
+    }
+
+    /// `STACK_GLOBAL` of values that are not strings is a global all the same, of a name only
+    /// Python would know; a pickle that fails after naming an unsafe global carries it.
+    #[test]
+    fn computed_globals_and_failures_after_a_global() {
+        let p = run(b"K\x01K\x02\x93.");
+        assert_eq!(p.get(p.top), &Value::ComputedGlobal);
+        let e = err(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R\xff");
+        assert_eq!(e.rule, "UnknownOpcode");
+        assert_eq!(e.unsafe_globals, ["os.system"]);
+        let e = err(b"\x80\x02ccollections\nOrderedDict\n)R");
+        assert_eq!(e.rule, "Truncated");
+        assert!(e.unsafe_globals.is_empty());
+    }
+
     #[test]
     fn errors_name_rule_and_offset() {
         assert_eq!(err(b"\x80\x02\xff").rule, "UnknownOpcode");
@@ -827,7 +909,6 @@ mod tests {
         assert_eq!(err(b"e.").rule, "NoMark");
         assert_eq!(err(b"\x97.").rule, "OutOfBandBuffer");
         assert_eq!(err(b"(K\x01d.").rule, "OddItems");
-        assert_eq!(err(b"K\x01K\x02\x93.").rule, "BadGlobal");
         // Huge claimed lengths fail before any allocation.
         for bomb in [
             &b"X\xff\xff\xff\xff"[..],

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::describe;
-use crate::format::{Description, FormatError, Tensor};
+use crate::format::{Description, FormatError, NotOffered, Tensor};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -170,8 +170,12 @@ fn lightning_checkpoint() {
 
 #[test]
 fn whole_module() {
+    // `torch.save(model)` pickles the model's classes: code, not tensors, as
+    // `torch.load(weights_only=True)` also says.
     let d = check("module.pt");
-    assert!(matches!(d.conversion, Some(Err(ref e)) if e.starts_with("no state dict")));
+    let why = d.conversion.unwrap().unwrap_err();
+    assert!(why.is_trap(), "{why}");
+    assert!(why.to_string().contains("torch.nn.modules."), "{why}");
 }
 
 #[test]
@@ -193,7 +197,11 @@ fn malicious_pickle() {
     let why = d.conversion.unwrap().unwrap_err();
     assert_eq!(
         why,
-        "the pickle calls posix.system; nothing was run, the file is not offered as safetensors"
+        NotOffered::Trap(
+            "the pickle calls posix.system; nothing was run, the file is not offered as \
+             safetensors"
+                .into()
+        )
     );
     assert!(d.notes.iter().any(|n| n.contains("posix.system")));
 }
@@ -328,7 +336,10 @@ fn any_top_folder_and_storage_checks() {
         "{:?}",
         d.notes
     );
-    assert_eq!(d.conversion.unwrap().unwrap_err(), "no tensors");
+    assert_eq!(
+        d.conversion.unwrap().unwrap_err(),
+        NotOffered::Unfit("no tensors".into())
+    );
     // Missing storage.
     let d = describe_bytes(&zip_of(&[("x/data.pkl", pkl)])).unwrap();
     assert!(d.notes[0].contains("missing"), "{:?}", d.notes);

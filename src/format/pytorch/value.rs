@@ -35,6 +35,9 @@ pub(super) enum Value {
         module: Box<str>,
         name: Box<str>,
     },
+    /// A global whose module or name is not a string the pickle holds (`STACK_GLOBAL` of values
+    /// it computes): which one Python would import is not known here.
+    ComputedGlobal,
     /// A callable applied to arguments (a tuple, normally): what `REDUCE`, `NEWOBJ`, `NEWOBJ_EX`
     /// (keyword arguments dropped), `INST` and `OBJ` would have called.
     Call {
@@ -115,6 +118,9 @@ pub struct PickleError {
     pub rule: &'static str,
     pub at: usize,
     pub what: String,
+    /// The unsafe globals the pickle named before the rule was broken ([`danger`](super::danger)):
+    /// Python would have imported them before it failed.
+    pub unsafe_globals: Vec<String>,
 }
 
 impl PickleError {

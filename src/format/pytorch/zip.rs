@@ -109,13 +109,13 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
             storages.insert(key.to_string(), e.data);
         }
     }
-    let mut dangerous = Vec::new();
-    danger::dangerous_globals(&main, &mut dangerous);
+    let mut unsafe_globals = Vec::new();
+    danger::unsafe_globals(&main.values, &mut unsafe_globals);
     Ok(Container {
         kind: "pytorch-zip",
         main,
         storages,
-        dangerous,
+        unsafe_globals,
     })
 }
 

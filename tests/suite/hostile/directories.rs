@@ -65,8 +65,10 @@ fn unreadable_files_and_directories_are_skipped_with_warnings() {
     set_mode(&src.join("nosearch"), 0o644); // readable, not searchable
 
     let list_paths = |out: &Output| -> BTreeSet<String> {
-        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
-            .unwrap_or_else(|e| panic!("--list --json output: {e}: {}", show(out)))
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("--list --json output: {e}: {}", show(out)))["tensors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("--list --json: no tensors: {}", show(out)))
             .iter()
             .map(|r| r["path"].as_str().unwrap().to_string())
             .collect()
@@ -287,7 +289,8 @@ fn a_64_level_deep_tree_serves_the_bottom_tensor() {
     drop(m);
     let out = run(&["--list", "--json", s(&src)]);
     assert!(out.status.success(), "{}", show(&out));
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = listed["tensors"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(
         rows[0]["path"].as_str().unwrap(),

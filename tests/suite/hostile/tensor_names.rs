@@ -141,7 +141,8 @@ fn hostile_tensor_names_each_get_one_valid_unique_file() {
     // The name over 64 KiB: no name xattr, but `--list --json` finds its file.
     let out = run(&["--list", "--json", s(&src)]);
     assert!(out.status.success(), "{}", show(&out));
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = listed["tensors"].as_array().unwrap();
     let listed: BTreeSet<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     if listed.len() != names.len() || listed.iter().any(|n| !by_name.contains_key(n)) {
         failures.push(format!(

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Checkpoints that are traps in the ways deny-list scanners miss, and real ones beside them
+(tests/suite/pickle.rs). Run with the venv python, which has torch.
+
+  traps.py write DIR MARKER
+      writes DIR/trap_*.pt, each a torch.save checkpoint of real tensors whose pickle, loaded by
+      torch.load(weights_only=False), creates MARKER; and DIR/clean_*.pt, real checkpoints of
+      what training scripts save (none may be flagged). Every trap is proven one: each is loaded
+      by torch.load(weights_only=False) in a subprocess of its own, which must create MARKER
+      (removed after), and every clean one must load without creating it. Prints JSON
+      {file: {"named": the global the refusal must name, as Python resolves it}} for the traps,
+      {file: {"named": null}} for the clean ones.
+
+The traps are made as the published evasions are: a global off every deny-list called before
+the state dict is built (its result popped), written into the checkpoint's data.pkl by hand
+where torch.save cannot write it (dotted protocol-4 names, escaped protocol-0 strings, computed
+STACK_GLOBAL operands, a pickle that fails after its call).
+"""
+
+import argparse
+import io
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import torch
+
+
+def u(s):
+    """SHORT_BINUNICODE or BINUNICODE of `s`."""
+    b = s.encode()
+    if len(b) < 256:
+        return b"\x8c" + bytes([len(b)]) + b
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def call(glob, *args):
+    """Opcodes that call `glob` (opcodes that push a callable) on string arguments, and pop the
+    result."""
+    return glob + b"(" + b"".join(u(a) for a in args) + b"tR0"
+
+
+def stack_global(module, name):
+    return u(module) + u(name) + b"\x93"
+
+
+def with_prefix(path, prefix, proto=2, tail=None):
+    """Rewrites data.pkl of the zip checkpoint at `path`: PROTO `proto`, then `prefix`, then the
+    original pickle after its PROTO (or `tail` instead of it)."""
+    with zipfile.ZipFile(path) as z:
+        entries = [(i.filename, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in entries:
+            if name.endswith("/data.pkl"):
+                assert data[:2] == b"\x80\x02", data[:2]
+                data = bytes([0x80, proto]) + prefix + (data[2:] if tail is None else tail)
+            z.writestr(name, data)
+
+
+def proven(path, marker, malicious):
+    """Loads `path` with torch.load(weights_only=False) in a subprocess: whether it created
+    `marker` must be `malicious`."""
+    code = ("import sys, torch\n"
+            "try:\n    torch.load(sys.argv[1], weights_only=False)\n"
+            "except Exception as e:\n    print(type(e).__name__, e, file=sys.stderr)\n")
+    subprocess.run([sys.executable, "-c", code, path], capture_output=True, timeout=120,
+                   cwd=os.path.dirname(path))
+    made = os.path.exists(marker)
+    if made:
+        os.remove(marker)
+    assert made == malicious, f"{path}: torch.load {'did not create' if malicious else 'created'} the marker"
+
+
+def write(out, marker):
+    os.makedirs(out, exist_ok=True)
+    gen = torch.Generator().manual_seed(31)
+    sd = {"w": torch.randn(3, 4, generator=gen), "b": torch.randn(4, generator=gen).half()}
+    touch = f"touch {marker}"
+    evil_inner = io.BytesIO()
+    torch.save({"x": Call(os.system, touch)}, evil_inner)
+    npy = os.path.join(out, "payload.npy")
+    np.save(npy, np.array([Call(os.system, touch)], dtype=object), allow_pickle=True)
+    traps = {
+        # Globals off the deny-lists, each of which runs code or writes a file.
+        "trap_codecs_open": (call(b"ccodecs\nopen\n", marker, "w"), 2, "codecs.open"),
+        "trap_zipfile": (call(b"czipfile\nZipFile\n", marker, "w"), 2, "zipfile.ZipFile"),
+        "trap_sqlite3": (call(b"csqlite3\nconnect\n", marker), 2, "sqlite3.connect"),
+        "trap_exec_with_source": (
+            b"ctorch.fx.graph_module\n_exec_with_source\n(" + u(f"import os\nos.system({touch!r})")
+            + b"}tR0", 2, "torch.fx.graph_module._exec_with_source"),
+        "trap_numpy_load": (
+            b"cnumpy\nload\n(" + u(npy) + b"N\x88tR0", 2, "numpy.load"),
+        # Names as Python resolves them.
+        "trap_dotted": (stack_global("torch", "os.system") + b"(" + u(touch) + b"tR0", 4,
+                        "torch.os.system"),
+        "trap_path_touch": (stack_global("pathlib", "Path.touch") + b"(" + stack_global(
+            "pathlib", "PosixPath") + b"(" + u(marker) + b"tRtR0", 4, "pathlib.Path.touch"),
+        "trap_py2_commands": (call(b"ccommands\ngetoutput\n", touch), 2,
+                              "subprocess.getoutput (written commands.getoutput)"),
+        "trap_escaped": (b"S'\\157\\163'\nS'\\163ystem'\n\x93(" + u(touch) + b"tR0", 2,
+                         "os.system"),
+        "trap_computed_global": (b"cbuiltins\nstr\n(" + u("os") + b"tR" + u("system") + b"\x93("
+                                 + u(touch) + b"tR0", 2, "a global whose name the pickle computes"),
+    }
+    # torch.storage._load_from_bytes of a pickle that calls os.system: its bytes as SHORT_BINBYTES
+    # or BINBYTES.
+    inner = evil_inner.getvalue()
+    arg = (b"C" + bytes([len(inner)]) if len(inner) < 256 else b"B" + struct.pack("<I", len(inner)))
+    traps["trap_load_from_bytes"] = (b"ctorch.storage\n_load_from_bytes\n(" + arg + inner + b"tR0",
+                                     2, "torch.storage._load_from_bytes")
+    result = {}
+    for name, (prefix, proto, named) in traps.items():
+        path = os.path.join(out, name + ".pt")
+        torch.save(sd, path)
+        with_prefix(path, prefix, proto)
+        proven(path, marker, True)
+        result[name + ".pt"] = {"named": named}
+    # A pickle that fails after its call (an opcode that does not exist).
+    path = os.path.join(out, "trap_fails_after.pt")
+    torch.save(sd, path)
+    with_prefix(path, call(b"cos\nsystem\n", touch), 2, tail=b"\xff")
+    proven(path, marker, True)
+    result["trap_fails_after.pt"] = {"named": "os.system"}
+    # A trap with no tensors at all.
+    path = os.path.join(out, "trap_no_tensors.pt")
+    torch.save({"note": Call(os.system, touch)}, path)
+    proven(path, marker, True)
+    result["trap_no_tensors.pt"] = {"named": "posix.system"}
+
+    # What training scripts save: none is a trap.
+    import argparse as ap
+    import collections
+    w = torch.randn(8, 4, generator=gen)
+    clean = {
+        "clean_bf16": {"w": w.bfloat16(), "b": torch.zeros(4)},
+        "clean_tied": {"embed.weight": w, "lm_head.weight": w},
+        "clean_optimizer": {"state_dict": {"w": w}, "optimizer": torch.optim.AdamW([w]).state_dict(),
+                            "epoch": 3, "args": ap.Namespace(lr=0.1, name="run")},
+        "clean_numpy": {"state_dict": {"w": w}, "mean": np.float32(0.5),
+                        "rng": np.random.get_state(), "hist": np.arange(4)},
+        "clean_counter": {"state_dict": collections.OrderedDict(w=w),
+                          "vocab": collections.Counter("abca"), "ids": {1, 2}},
+    }
+    for name, obj in clean.items():
+        path = os.path.join(out, name + ".pt")
+        torch.save(obj, path)
+        proven(path, marker, False)
+        result[name + ".pt"] = {"named": None}
+    path = os.path.join(out, "clean_proto4.pt")
+    torch.save({"w": w}, path, pickle_protocol=4)
+    proven(path, marker, False)
+    result["clean_proto4.pt"] = {"named": None}
+    os.remove(npy)
+    print(json.dumps(result, sort_keys=True))
+
+
+class Call:
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("write")
+    p.add_argument("dir")
+    p.add_argument("marker")
+    a = parser.parse_args()
+    return write(a.dir, a.marker) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
