@@ -40,10 +40,13 @@ const PY2_MODULES: &[(&str, &str)] = &[
     ("UserString", "collections"), ("whichdb", "dbm"), ("StringIO", "io"), ("cStringIO", "io"),
 ];
 
+/// A global: its module and name.
+type Global = (&'static str, &'static str);
+
 /// Python 2 globals that `_compat_pickle.NAME_MAPPING` moves to another module or name (those
 /// that matter here: the builtins).
 #[rustfmt::skip]
-const PY2_NAMES: &[((&str, &str), (&str, &str))] = &[
+const PY2_NAMES: &[(Global, Global)] = &[
     (("__builtin__", "xrange"), ("builtins", "range")),
     (("__builtin__", "reduce"), ("functools", "reduce")),
     (("__builtin__", "intern"), ("sys", "intern")),
