@@ -5,7 +5,7 @@
 //! `gguf.GGUFReader` of it and a listing of its tensors' names, types and shapes; `numpy.fromfile`
 //! on every file of `model.tensors/` of a 1 GiB model of random Q4_K, Q6_K, Q8_0 and F32 tensors
 //! (cold: a fresh mount; warm: a second pass), against `numpy.fromfile` of the same bytes at their
-//! offsets in the `.gguf`; and `safetensors.numpy.load_file` of the virtual `model.safetensors`
+//! offsets in the `.gguf`; and `safetensors.torch.load_file` of the virtual `model.safetensors`
 //! beside a Q8_0 model (float32 values, dequantized on read; cold and warm), against
 //! `GGUFReader` and `quants.dequantize` of every tensor, in GB/s of float32.
 //!
@@ -61,7 +61,7 @@ for k in range(n + 1):
 /// - `slices FILE TABLE`: the same bytes with `numpy.fromfile(FILE, offset=)`, at the offsets of
 ///   TABLE (lines "OFFSET BYTES TYPE");
 /// - `dequantize FILE`: `GGUFReader(FILE)` and `quants.dequantize` of every tensor;
-/// - `load_file FILE`: `safetensors.numpy.load_file(FILE)`, which must return as many tensors as
+/// - `load_file FILE`: `safetensors.torch.load_file(FILE)` (what PyTorch users load with), which must return as many tensors as
 ///   `safe_open` lists.
 const LOADERS: &str = r#"
 import os, sys, time
@@ -120,16 +120,16 @@ if mode == "slices":
     load = lambda p: slices(p, table)
 elif mode == "load_file":
     from safetensors import safe_open
-    from safetensors.numpy import load_file
+    from safetensors.torch import load_file
 
-    with safe_open(path, framework="numpy") as f:
+    with safe_open(path, framework="pt") as f:
         keys = len(f.keys())
 
     def load(p):
         d = load_file(p)
         if len(d) != keys:
             sys.exit(f"load_file returned {len(d)} tensors, safe_open lists {keys}")
-        return sum(a.nbytes for a in d.values()), len(d)
+        return sum(a.numel() * a.element_size() for a in d.values()), len(d)
 else:
     load = {"list": listing, "raw": raw, "dequantize": dequantize}[mode]
 for _ in range(passes):
@@ -286,7 +286,7 @@ impl Bench {
         }
     }
 
-    /// `safetensors.numpy.load_file` of the virtual `model.safetensors` of the Q8_0 model, cold
+    /// `safetensors.torch.load_file` of the virtual `model.safetensors` of the Q8_0 model, cold
     /// and warm, against gguf-py's reader and dequantize of every tensor, in GB/s of float32.
     fn gguf_virtual_safetensors(&self, g: &GgufModel, rows: &mut Vec<Row>) {
         let bytes = g.f32_bytes();
@@ -312,7 +312,7 @@ impl Bench {
             rows.push(Row {
                 id: "13",
                 case: format!(
-                    "GGUF: load all ({}): safetensors.numpy.load_file on the virtual \
+                    "GGUF: load all ({}): safetensors.torch.load_file on the virtual \
                      model.safetensors, {w} (GB/s of float32)",
                     g.what
                 ),
