@@ -30,6 +30,8 @@ import zipfile
 import numpy as np
 import torch
 
+from checkpoints import Call
+
 
 def u(s):
     """SHORT_BINUNICODE or BINUNICODE of `s`."""
@@ -126,6 +128,48 @@ def write(out, marker):
     with_prefix(path, call(b"cos\nsystem\n", touch), 2, tail=b"\xff")
     proven(path, marker, True)
     result["trap_fails_after.pt"] = {"named": "os.system"}
+    # Containers as torch's reader (miniz) reads them: an entry name in any case, a `code/` entry
+    # that does not make a TorchScript archive (only `constants.pkl` does), a big-endian archive
+    # (its pickle is unpickled all the same), two pickles of one name.
+    def rewrite(name, change):
+        path = os.path.join(out, name)
+        torch.save(sd, path)
+        with_prefix(path, call(b"cos\nsystem\n", touch))
+        with zipfile.ZipFile(path) as z:
+            entries = [(i.filename, z.read(i)) for i in z.infolist()]
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+            for n, data in change(entries):
+                z.writestr(n, data)
+        proven(path, marker, True)
+        result[name] = {"named": "os.system"}
+
+    top = lambda entries: entries[0][0].split("/")[0]
+    rewrite("trap_upper_case.pt", lambda es: [
+        (n.replace("/data.pkl", "/DATA.PKL"), d) for n, d in es])
+    rewrite("trap_code_entry.pt", lambda es: es + [(top(es) + "/code/__torch__.py", b"")])
+    rewrite("trap_big_endian.pt", lambda es: [
+        (n, b"big" if n.endswith("/byteorder") else d) for n, d in es])
+    # Two data.pkl entries, a clean one first: torch 2's reader took the second here.
+    clean_pkl = []
+
+    def duplicate(es):
+        out = []
+        for n, d in es:
+            if n.endswith("/data.pkl"):
+                out.append((n, clean_pkl[0]))
+            out.append((n, d))
+        return out
+
+    path = os.path.join(out, ".clean.pt")
+    torch.save(sd, path)
+    with zipfile.ZipFile(path) as z:
+        clean_pkl.append(next(z.read(n) for n in z.namelist() if n.endswith("/data.pkl")))
+    os.remove(path)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
+        rewrite("trap_duplicate_pickle.pt", duplicate)
+
     # A trap with no tensors at all.
     path = os.path.join(out, "trap_no_tensors.pt")
     torch.save({"note": Call(os.system, touch)}, path)
@@ -157,14 +201,6 @@ def write(out, marker):
     result["clean_proto4.pt"] = {"named": None}
     os.remove(npy)
     print(json.dumps(result, sort_keys=True))
-
-
-class Call:
-    def __init__(self, func, *args):
-        self.func, self.args = func, args
-
-    def __reduce__(self):
-        return self.func, self.args
 
 
 def main():

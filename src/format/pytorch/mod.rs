@@ -2,7 +2,8 @@
 //! later) and the legacy format before it. The pickle is interpreted by a machine that only builds
 //! data ([`pickle`]): no global is ever imported, looked up or called.
 //!
-//! - [`pickle`]: the non-executing pickle machine, and [`value`]: what it builds;
+//! - [`pickle`]: the non-executing pickle machine, [`value`]: what it builds, and [`text`]: its
+//!   protocol 0 strings decoded as Python decodes them;
 //! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
 //! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way);
@@ -17,6 +18,7 @@ mod danger;
 mod dtypes;
 mod legacy;
 mod pickle;
+mod text;
 mod torch;
 mod value;
 mod zip;

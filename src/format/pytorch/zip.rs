@@ -15,8 +15,9 @@ use std::path::Path;
 use ::zip::result::ZipError;
 use ::zip::{CompressionMethod, ZipArchive};
 
-use super::container::{Container, MAX_PICKLE, Span, checkpoint, load};
+use super::container::{Container, MAX_PICKLE, Span, UNSAFE, checkpoint, load};
 use super::danger;
+use super::pickle;
 use crate::format::error::FormatError;
 
 /// Longest `byteorder` entry read (`little` or `big`).
@@ -62,55 +63,98 @@ struct Entry {
 /// Reads the archive's directory, its pickle and its storages' places.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
     let entries = entries(file, len, path)?;
-    let by_name: HashMap<&str, &Entry> = entries.iter().map(|e| (e.name.as_str(), e)).collect();
+    // torch's reader (miniz) finds an entry by its name in any case, and of two entries of one
+    // name the first: so does this one.
+    let mut by_name: HashMap<String, &Entry> = HashMap::new();
+    for e in &entries {
+        by_name.entry(e.name.to_ascii_lowercase()).or_insert(e);
+    }
     // torch names the top folder after the file it wrote; whatever it is, `data.pkl` is in it.
     let Some(pkl) = entries.iter().find(|e| {
         e.name
+            .to_ascii_lowercase()
             .strip_suffix("/data.pkl")
             .is_some_and(|top| !top.contains('/'))
     }) else {
         return Err(FormatError::Foreign(path.to_path_buf()));
     };
-    let top = pkl.name.strip_suffix("data.pkl").unwrap_or_default();
-    if by_name.contains_key(format!("{top}constants.pkl").as_str())
-        || entries
-            .iter()
-            .any(|e| e.name.starts_with(&format!("{top}code/")))
-    {
-        return Err(checkpoint(
+    let top = pkl.name[..pkl.name.len() - "data.pkl".len()].to_ascii_lowercase();
+    // The main pickle, then every other pickle of the archive, scanned before any refusal: what
+    // each names is as unsafe, and a refused file that is a trap is refused as one.
+    let bytes = read_entry(file, pkl, MAX_PICKLE.min(len), path);
+    let main = match bytes.and_then(|b| load(path, &pkl.name, &b)) {
+        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return Err(e),
+        main => main,
+    };
+    let mut unsafe_globals = Vec::new();
+    if let Ok(p) = &main {
+        danger::unsafe_globals(&p.values, &mut unsafe_globals);
+    }
+    for e in &entries {
+        if e.name.to_ascii_lowercase().ends_with(".pkl")
+            && !std::ptr::eq(e, pkl)
+            && e.stored
+            && e.data.len <= MAX_PICKLE
+        {
+            let bytes = read_entry(file, e, MAX_PICKLE, path)?;
+            let found = match pickle::load(&bytes) {
+                Ok(p) => p.values,
+                Err(err) => {
+                    for g in err.unsafe_globals {
+                        if !unsafe_globals.contains(&g) {
+                            unsafe_globals.push(g);
+                        }
+                    }
+                    continue;
+                }
+            };
+            danger::unsafe_globals(&found, &mut unsafe_globals);
+        }
+    }
+    let refuse = |rule: &'static str, what: &str| {
+        if unsafe_globals.is_empty() {
+            return checkpoint(path, rule, what, false);
+        }
+        checkpoint(
             path,
+            UNSAFE,
+            format!(
+                "the pickle calls {}; nothing was run, the file is not offered as safetensors \
+                 (and {what} [{rule}])",
+                unsafe_globals.join(", ")
+            ),
+            false,
+        )
+    };
+    // torch takes an archive for TorchScript by its `constants.pkl` alone.
+    if by_name.contains_key(&format!("{top}constants.pkl")) {
+        return Err(refuse(
             "TorchScript",
             "a TorchScript archive: its tensors are not stored as torch.save's",
-            false,
         ));
     }
-    if let Some(order) = by_name.get(format!("{top}byteorder").as_str()) {
+    if let Some(order) = by_name.get(&format!("{top}byteorder")) {
         let bytes = read_entry(file, order, MAX_BYTEORDER, path)?;
         if bytes.trim_ascii() == b"big" {
-            return Err(checkpoint(
-                path,
+            return Err(refuse(
                 "BigEndian",
                 "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
-                false,
             ));
         }
     }
-    let bytes = read_entry(file, pkl, MAX_PICKLE.min(len), path)?;
-    let main = load(path, &pkl.name, &bytes)?;
-    drop(bytes);
+    let main = main?;
 
     let data = format!("{top}data/");
     let mut storages = HashMap::new();
     for e in &entries {
-        if let Some(key) = e.name.strip_prefix(&data) {
+        if e.name.to_ascii_lowercase().starts_with(&data) {
             if !e.stored {
                 return Err(compressed(path, &e.name));
             }
-            storages.insert(key.to_string(), e.data);
+            let key = &e.name[data.len()..];
+            storages.entry(key.to_string()).or_insert(e.data);
         }
     }
-    let mut unsafe_globals = Vec::new();
-    danger::unsafe_globals(&main.values, &mut unsafe_globals);
     Ok(Container {
         kind: "pytorch-zip",
         main,
