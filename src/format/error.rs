@@ -162,7 +162,7 @@ impl FormatError {
     /// The reason without the path (for the `user.safetensors.error` xattr): what is wrong in
     /// plain words, then the crate's rule in brackets.
     pub fn reason(&self) -> String {
-        match self {
+        let reason = match self {
             FormatError::Io(_, e) => format!("cannot read: {e}"),
             FormatError::Invalid(_, e, Some(accident)) => format!("{accident} [{}]", rule_name(e)),
             FormatError::Invalid(_, e, None) => format!("{e} [{}]", rule_name(e)),
@@ -185,7 +185,18 @@ impl FormatError {
             }
             FormatError::Gguf(_, e) => format!("{e} [{}]", e.rule()),
             FormatError::Foreign(_) => "not a PyTorch checkpoint".into(),
+        };
+        // One line, whatever the names in it hold (a tensor named `a\nb`).
+        if reason.contains(char::is_control) {
+            return reason
+                .chars()
+                .map(|c| match c.is_control() {
+                    true => c.escape_debug().to_string(),
+                    false => c.to_string(),
+                })
+                .collect();
         }
+        reason
     }
 
     /// Whether the file is simply of another kind than its name suggests (see

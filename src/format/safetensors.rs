@@ -146,6 +146,20 @@ mod tests {
         }
     }
 
+    /// A reason is one line, whatever the tensor names in it hold (found by the `header` fuzz
+    /// target).
+    #[test]
+    fn a_reason_naming_a_tensor_with_a_newline_is_one_line() {
+        let json = r#"{"a\nb":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+        let (_d, f, p) = file_with(&with_header(json, &[0; 2]));
+        let reason = describe(&f, &p).unwrap_err().reason();
+        assert!(
+            !reason.contains('\n') && reason.contains(r"a\nb"),
+            "{reason}"
+        );
+        assert!(reason.ends_with(" [InvalidOffset]"), "{reason}");
+    }
+
     #[test]
     fn accepts_golden_file_from_reference() {
         // {"test": I32 zeros (2,2)} as the reference writes it: N = 64, 88 bytes.

@@ -170,6 +170,22 @@ def write(out, marker):
         warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
         rewrite("trap_duplicate_pickle.pt", duplicate)
 
+    # Files of bare pickles, which torch.load unpickles one after another whatever the first is:
+    # protocol 0 and 1 (no PROTO), and a legacy file whose magic number is not written as torch
+    # writes it (protocol 0) with the call in the next pickle.
+    for proto in (0, 1):
+        name = f"trap_bare_protocol_{proto}.pt"
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(pickle.dumps({"x": Call(os.system, touch)}, protocol=proto))
+        proven(os.path.join(out, name), marker, True)
+        result[name] = {"named": "posix.system"}
+    name = "trap_legacy_magic.pt"
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(pickle.dumps(0x1950a86a20f9469cfc6c, protocol=0))
+        f.write(pickle.dumps(Call(os.system, touch), protocol=2))
+    proven(os.path.join(out, name), marker, True)
+    result[name] = {"named": "posix.system"}
+
     # A trap with no tensors at all.
     path = os.path.join(out, "trap_no_tensors.pt")
     torch.save({"note": Call(os.system, touch)}, path)

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::{Container, Span, checkpoint, load_at};
+use super::container::{Container, Span, UNSAFE, checkpoint, load_at};
 use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
@@ -24,6 +24,9 @@ pub(super) const SNIFF_LEN: u64 = 512;
 pub(super) const MAGIC_PICKLE: [u8; 15] = [
     0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, b'.',
 ];
+
+/// How many pickles a legacy checkpoint holds, one after another (`torch.load` unpickles no more).
+pub(super) const PICKLES: usize = 5;
 
 /// The protocol version of the legacy format.
 const PROTOCOL_VERSION: i64 = 1001;
@@ -57,20 +60,42 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         ));
     }
     let sys_info = next("sys_info", &mut at)?;
-    if let Value::Dict(pairs) = sys_info.get(sys_info.top)
-        && pairs.iter().any(|&(k, v)| {
-            sys_info.str(k) == Some("little_endian") && sys_info.get(v) == &Value::Bool(false)
-        })
-    {
+    let big_endian = matches!(sys_info.get(sys_info.top), Value::Dict(pairs) if pairs.iter().any(|&(k, v)| {
+        sys_info.str(k) == Some("little_endian") && sys_info.get(v) == &Value::Bool(false)
+    }));
+    // The rest is read before the byte order is refused: torch.load unpickles it all the same, and
+    // a trap is refused as one (a pickle that fails after an unsafe global, at once).
+    let main = next("the main pickle", &mut at);
+    let keys = match &main {
+        Ok(_) => Some(next("the list of storage keys", &mut at)),
+        Err(_) => None,
+    };
+    for r in [Some(&main), keys.as_ref()].into_iter().flatten() {
+        if let Err(FormatError::Checkpoint {
+            rule: UNSAFE, what, ..
+        }) = r
+        {
+            return Err(checkpoint(path, UNSAFE, what.clone(), false));
+        }
+    }
+    if big_endian {
+        let what = "a big-endian checkpoint: its tensors' bytes are not safetensors' order";
+        if unsafe_globals.is_empty() {
+            return Err(checkpoint(path, "BigEndian", what, false));
+        }
         return Err(checkpoint(
             path,
-            "BigEndian",
-            "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
+            UNSAFE,
+            format!(
+                "the pickle calls {}; nothing was run, the file is not offered as safetensors \
+                 (and {what} [BigEndian])",
+                unsafe_globals.join(", ")
+            ),
             false,
         ));
     }
-    let main = next("the main pickle", &mut at)?;
-    let keys = next("the list of storage keys", &mut at)?;
+    let main = main?;
+    let keys = keys.ok_or_else(|| checkpoint(path, "Truncated", "no storage keys", true))??;
     let keys: Vec<String> = keys
         .items(keys.top)
         .and_then(|items| {

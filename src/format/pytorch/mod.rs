@@ -54,37 +54,54 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
             "a tar checkpoint of PyTorch before 0.4, which this reader does not read",
             false,
         ));
-    } else if pickle::starts_pickle(&head) {
-        return Err(plain_pickle(file, len, path));
     } else {
-        return Err(FormatError::Foreign(path.to_path_buf()));
+        return Err(plain_pickle(file, len, path));
     };
     build(container, path)
 }
 
-/// A file that is one plain pickle rather than a `torch.save` checkpoint: `torch.load` would still
-/// unpickle it, so one that names an unsafe global is refused by name, even if it fails after it
-/// (nothing is run either way); any other is simply not a checkpoint.
+/// A file that is pickles rather than a `torch.save` archive: `torch.load` unpickles a file that is
+/// no archive one pickle after another (as many as the legacy format has: the magic number, the
+/// protocol version, `sys_info`, the main pickle, the storage keys), of any protocol and whatever
+/// its first pickle is, so each is scanned, and one that names an unsafe global is refused by name
+/// (nothing is run either way); any other file is simply not a checkpoint.
 fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
-    let foreign = FormatError::Foreign(path.to_path_buf());
-    // Read as far as the pickle goes (no further than a pickle may be), as the legacy reader does.
-    let p = match load_at(file, len, 0, path, "the pickle") {
-        Ok(p) => p,
-        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return e,
-        Err(_) => return foreign,
-    };
+    let mut at = 0;
     let mut unsafe_globals = Vec::new();
-    danger::unsafe_globals(&p.values, &mut unsafe_globals);
+    // A later pickle that fails after an unsafe global: its own refusal, said after the others.
+    let mut failed = None;
+    for _ in 0..legacy::PICKLES {
+        match load_at(file, len, at, path, "the pickle") {
+            Ok(p) => {
+                danger::unsafe_globals(&p.values, &mut unsafe_globals);
+                at += p.consumed as u64;
+            }
+            Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) if unsafe_globals.is_empty() => {
+                return e;
+            }
+            Err(FormatError::Checkpoint {
+                rule: UNSAFE, what, ..
+            }) => {
+                failed = Some(what);
+                break;
+            }
+            Err(_) => break,
+        }
+        if at >= len {
+            break;
+        }
+    }
     if unsafe_globals.is_empty() {
-        return foreign;
+        return FormatError::Foreign(path.to_path_buf());
     }
     checkpoint(
         path,
         UNSAFE,
         format!(
-            "a plain pickle, not a torch.save checkpoint, that calls {}; nothing was run, the \
-             file is not offered as safetensors",
-            unsafe_globals.join(", ")
+            "pickles, not a torch.save checkpoint, that call {}; nothing was run, the file is not \
+             offered as safetensors{}",
+            unsafe_globals.join(", "),
+            failed.map_or(String::new(), |f| format!("; then {f}"))
         ),
         false,
     )

@@ -25,11 +25,6 @@ const MAX_PROTOCOL: u8 = 5;
 /// Longest integer (in bytes) kept as a number; longer ones are kept as their bytes.
 const SMALL_LONG: usize = 8;
 
-/// Whether `head` starts like a binary pickle (`PROTO` 2 to 5).
-pub(super) fn starts_pickle(head: &[u8]) -> bool {
-    matches!(head, [0x80, 2..=MAX_PROTOCOL, ..])
-}
-
 /// Runs the pickle at the start of `input` up to its `STOP`.
 pub(super) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
     let mut m = Machine {
