@@ -131,13 +131,13 @@ def write(out, marker):
     # Containers as torch's reader (miniz) reads them: an entry name in any case, a `code/` entry
     # that does not make a TorchScript archive (only `constants.pkl` does), a big-endian archive
     # (its pickle is unpickled all the same), two pickles of one name.
-    def rewrite(name, change):
+    def rewrite(name, change, compression=zipfile.ZIP_STORED):
         path = os.path.join(out, name)
         torch.save(sd, path)
         with_prefix(path, call(b"cos\nsystem\n", touch))
         with zipfile.ZipFile(path) as z:
             entries = [(i.filename, z.read(i)) for i in z.infolist()]
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        with zipfile.ZipFile(path, "w", compression) as z:
             for n, data in change(entries):
                 z.writestr(n, data)
         proven(path, marker, True)
@@ -147,6 +147,7 @@ def write(out, marker):
     rewrite("trap_upper_case.pt", lambda es: [
         (n.replace("/data.pkl", "/DATA.PKL"), d) for n, d in es])
     rewrite("trap_code_entry.pt", lambda es: es + [(top(es) + "/code/__torch__.py", b"")])
+    rewrite("trap_deflated.pt", lambda es: es, zipfile.ZIP_DEFLATED)
     rewrite("trap_big_endian.pt", lambda es: [
         (n, b"big" if n.endswith("/byteorder") else d) for n, d in es])
     # Two data.pkl entries, a clean one first: torch 2's reader took the second here.

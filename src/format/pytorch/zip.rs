@@ -58,7 +58,15 @@ struct Entry {
     whole: (u64, u64),
     data: Span,
     stored: bool,
+    /// Compressed with deflate, which torch's reader inflates: its pickle is scanned inflated.
+    deflated: bool,
+    /// Its place in the archive's directory.
+    index: usize,
 }
+
+/// Most bytes of deflated pickles inflated to be scanned, all of an archive's together (a pickle
+/// cut there still names what it named before the cut).
+const MAX_INFLATED: u64 = 64 << 20;
 
 /// Reads the archive's directory, its pickle and its storages' places.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
@@ -90,13 +98,21 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     if let Ok(p) = &main {
         danger::unsafe_globals(&p.values, &mut unsafe_globals);
     }
+    let mut inflated = 0;
     for e in &entries {
-        if e.name.to_ascii_lowercase().ends_with(".pkl")
-            && !std::ptr::eq(e, pkl)
-            && e.stored
-            && e.data.len <= MAX_PICKLE
-        {
-            let bytes = read_entry(file, e, MAX_PICKLE, path)?;
+        let scanned = std::ptr::eq(e, pkl) && main.is_ok();
+        if e.name.to_ascii_lowercase().ends_with(".pkl") && !scanned {
+            let bytes = match (e.stored, e.deflated) {
+                (true, _) if e.data.len <= MAX_PICKLE => read_entry(file, e, MAX_PICKLE, path)?,
+                (false, true) => match inflate(file, len, e, MAX_INFLATED - inflated) {
+                    Some(bytes) => {
+                        inflated += bytes.len() as u64;
+                        bytes
+                    }
+                    None => continue,
+                },
+                _ => continue,
+            };
             let found = match pickle::load(&bytes) {
                 Ok(p) => p.values,
                 Err(err) => {
@@ -111,45 +127,52 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
             danger::unsafe_globals(&found, &mut unsafe_globals);
         }
     }
-    let refuse = |rule: &'static str, what: &str| {
-        if unsafe_globals.is_empty() {
-            return checkpoint(path, rule, what, false);
+    // A file refused for another rule whose pickles name an unsafe global is refused as a trap.
+    let refuse = |e: FormatError| match e {
+        FormatError::Checkpoint { rule, what, .. }
+            if !unsafe_globals.is_empty() && rule != UNSAFE =>
+        {
+            checkpoint(
+                path,
+                UNSAFE,
+                format!(
+                    "the pickle calls {}; nothing was run, the file is not offered as \
+                     safetensors (and {what} [{rule}])",
+                    unsafe_globals.join(", ")
+                ),
+                false,
+            )
         }
-        checkpoint(
-            path,
-            UNSAFE,
-            format!(
-                "the pickle calls {}; nothing was run, the file is not offered as safetensors \
-                 (and {what} [{rule}])",
-                unsafe_globals.join(", ")
-            ),
-            false,
-        )
+        e => e,
     };
     // torch takes an archive for TorchScript by its `constants.pkl` alone.
     if by_name.contains_key(&format!("{top}constants.pkl")) {
-        return Err(refuse(
+        return Err(refuse(checkpoint(
+            path,
             "TorchScript",
             "a TorchScript archive: its tensors are not stored as torch.save's",
-        ));
+            false,
+        )));
     }
     if let Some(order) = by_name.get(&format!("{top}byteorder")) {
-        let bytes = read_entry(file, order, MAX_BYTEORDER, path)?;
+        let bytes = read_entry(file, order, MAX_BYTEORDER, path).map_err(refuse)?;
         if bytes.trim_ascii() == b"big" {
-            return Err(refuse(
+            return Err(refuse(checkpoint(
+                path,
                 "BigEndian",
                 "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
-            ));
+                false,
+            )));
         }
     }
-    let main = main?;
+    let main = main.map_err(refuse)?;
 
     let data = format!("{top}data/");
     let mut storages = HashMap::new();
     for e in &entries {
         if e.name.to_ascii_lowercase().starts_with(&data) {
             if !e.stored {
-                return Err(compressed(path, &e.name));
+                return Err(refuse(compressed(path, &e.name)));
             }
             let key = &e.name[data.len()..];
             storages.entry(key.to_string()).or_insert(e.data);
@@ -170,6 +193,17 @@ fn compressed(path: &Path, name: &str) -> FormatError {
         format!("entry `{name}` is compressed: torch.save stores its entries uncompressed"),
         false,
     )
+}
+
+/// The inflated data of a deflated entry, at most `max` bytes of it; `None` if it cannot be
+/// inflated.
+fn inflate(file: &File, len: u64, e: &Entry, max: u64) -> Option<Vec<u8>> {
+    let mut archive = ZipArchive::new(At { file, len, pos: 0 }).ok()?;
+    let entry = archive.by_index(e.index).ok()?;
+    let mut out = Vec::new();
+    // What it inflates to before an error (or the cut) is still scanned.
+    let _ = entry.take(max).read_to_end(&mut out);
+    Some(out)
 }
 
 /// The whole (uncompressed) data of a small entry.
@@ -218,6 +252,7 @@ fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError
         let stored = entry.compression() == CompressionMethod::Stored
             && !entry.encrypted()
             && size == entry.size();
+        let deflated = entry.compression() == CompressionMethod::Deflated && !entry.encrypted();
         let end = start
             .checked_add(size)
             .filter(|&end| end <= len)
@@ -234,6 +269,8 @@ fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError
             whole: (entry.header_start(), end),
             data: Span { start, len: size },
             stored,
+            deflated,
+            index: i,
         });
     }
     let mut ranges: Vec<(u64, u64, &str)> = entries
