@@ -150,6 +150,26 @@ def write(out, marker):
     rewrite("trap_deflated.pt", lambda es: es, zipfile.ZIP_DEFLATED)
     rewrite("trap_big_endian.pt", lambda es: [
         (n, b"big" if n.endswith("/byteorder") else d) for n, d in es])
+    # Entries that overlap: the central directory says `.format_version` (which torch does not
+    # read) runs into the next entry; torch.load reads the rest all the same.
+    name = "trap_overlapping.pt"
+    path = os.path.join(out, name)
+    torch.save(sd, path)
+    with_prefix(path, call(b"cos\nsystem\n", touch))
+    data = bytearray(open(path, "rb").read())
+    at = data.find(b"PK\x01\x02")
+    while at != -1:
+        n = struct.unpack_from("<H", data, at + 28)[0]
+        if data[at + 46:at + 46 + n].endswith(b"/.format_version"):
+            struct.pack_into("<II", data, at + 20, 200, 200)
+            break
+        at = data.find(b"PK\x01\x02", at + 4)
+    assert at != -1, "no .format_version entry"
+    with open(path, "wb") as f:
+        f.write(data)
+    proven(path, marker, True)
+    result[name] = {"named": "os.system"}
+
     # Two data.pkl entries, a clean one first: torch 2's reader took the second here.
     clean_pkl = []
 

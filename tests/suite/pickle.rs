@@ -631,7 +631,7 @@ fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
     let m = mount_ok(&fx, "");
     touch_everything(&m.dir);
     let wrote = wrote.as_object().unwrap();
-    assert_eq!(wrote.len(), 27, "{wrote:?}");
+    assert_eq!(wrote.len(), 28, "{wrote:?}");
     for (file, want) in wrote {
         let mirrored = m.path(file);
         let virt = m.path(virtual_name(file));

@@ -145,6 +145,9 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         }
         e => e,
     };
+    if let Some(e) = overlap(&entries, path) {
+        return Err(refuse(e));
+    }
     // torch takes an archive for TorchScript by its `constants.pkl` alone.
     if by_name.contains_key(&format!("{top}constants.pkl")) {
         return Err(refuse(checkpoint(
@@ -228,7 +231,7 @@ fn read_entry(file: &File, e: &Entry, max: u64, path: &Path) -> Result<Vec<u8>, 
     Ok(buf)
 }
 
-/// Every entry of the archive, checked to lie in the file without overlapping another.
+/// Every entry of the archive, checked to lie in the file.
 fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError> {
     let bad_zip = |e: ZipError| match e {
         ZipError::Io(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
@@ -273,22 +276,24 @@ fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError
             index: i,
         });
     }
+    Ok(entries)
+}
+
+/// Why the entries do not each lie apart from the others, if they do not (so that no storage's
+/// bytes are another's).
+fn overlap(entries: &[Entry], path: &Path) -> Option<FormatError> {
     let mut ranges: Vec<(u64, u64, &str)> = entries
         .iter()
         .map(|e| (e.whole.0, e.whole.1, e.name.as_str()))
         .collect();
     ranges.sort_unstable();
-    for pair in ranges.windows(2) {
-        if let [(_, end, a), (start, _, b)] = pair
-            && start < end
-        {
-            return Err(checkpoint(
-                path,
-                "OverlappingEntries",
-                format!("entries `{a}` and `{b}` overlap"),
-                false,
-            ));
-        }
-    }
-    Ok(entries)
+    ranges.windows(2).find_map(|pair| match pair {
+        [(_, end, a), (start, _, b)] if start < end => Some(checkpoint(
+            path,
+            "OverlappingEntries",
+            format!("entries `{a}` and `{b}` overlap"),
+            false,
+        )),
+        _ => None,
+    })
 }
