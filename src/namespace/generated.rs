@@ -226,9 +226,7 @@ impl Step<'_> {
                             // A trap is said of it with tensors or without.
                             Some(Err(why))
                                 if !d.tensors.is_empty()
-                                    || d.conversion.as_ref().is_some_and(|c| {
-                                        c.as_ref().is_err_and(|e| e.is_trap())
-                                    }) =>
+                                    || matches!(&d.conversion, Some(Err(e)) if e.is_trap()) =>
                             {
                                 errors.insert(name.clone(), FileError::NotConverted(why.clone()));
                             }

@@ -149,6 +149,13 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `sha256sum PATH`: the oracle of a file's digest.
+pub fn sha256sum(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(out.status.success(), "sha256sum: {}", stderr(&out));
+    stdout(&out)[..64].to_string()
+}
+
 /// Polls `cond` for up to 10 s.
 pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

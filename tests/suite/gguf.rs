@@ -655,16 +655,6 @@ fn list_json_prints_every_metadata_key_with_long_arrays_as_their_type_and_length
     assert!(summarized >= 1);
 }
 
-/// `sha256sum PATH`, the oracle of a file's digest.
-fn sha256sum(path: &Path) -> String {
-    let out = std::process::Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "sha256sum: {}", stderr(&out));
-    stdout(&out)[..64].to_string()
-}
-
 /// A `.gguf` in a Hugging Face cache (a snapshot's link to a blob named by its SHA-256, as
 /// huggingface_hub lays out LFS files): `verify` checks it against its blob name, then names it
 /// once a byte of it is flipped; the mount serves its tensors through the link.

@@ -50,6 +50,30 @@ pub(super) fn checkpoint(
 /// The rule of a pickle that names a global that is not one `torch.save` writes for tensors.
 pub(super) const UNSAFE: &str = "UnsafePickle";
 
+/// Why a checkpoint whose pickles name `globals` (unsafe ones) is not offered as safetensors.
+pub(super) fn trap(globals: &[String]) -> String {
+    format!(
+        "the pickle calls {}; nothing was run, the file is not offered as safetensors",
+        globals.join(", ")
+    )
+}
+
+/// `e`, a refusal for another rule of a file whose pickles name the unsafe `globals`, as the
+/// refusal of a trap (naming the other rule after); `e` itself if there are none.
+pub(super) fn refused_trap(path: &Path, globals: &[String], e: FormatError) -> FormatError {
+    match e {
+        FormatError::Checkpoint { rule, what, .. } if !globals.is_empty() && rule != UNSAFE => {
+            checkpoint(
+                path,
+                UNSAFE,
+                format!("{} (and {what} [{rule}])", trap(globals)),
+                false,
+            )
+        }
+        e => e,
+    }
+}
+
 /// A pickle error, as the file's: `part` names the pickle (`data.pkl`, ...). A pickle that named
 /// an unsafe global before it broke the rule is refused for that global first.
 pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatError {

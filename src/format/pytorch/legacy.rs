@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::{Container, Span, UNSAFE, checkpoint, load_at};
+use super::container::{Container, Span, UNSAFE, checkpoint, load_at, refused_trap};
 use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
@@ -65,37 +65,21 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     }));
     // The rest is read before the byte order is refused: torch.load unpickles it all the same, and
     // a trap is refused as one (a pickle that fails after an unsafe global, at once).
-    let main = next("the main pickle", &mut at);
-    let keys = match &main {
-        Ok(_) => Some(next("the list of storage keys", &mut at)),
-        Err(_) => None,
+    let rest = match next("the main pickle", &mut at)
+        .and_then(|main| Ok((main, next("the list of storage keys", &mut at)?)))
+    {
+        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return Err(e),
+        rest => rest,
     };
-    for r in [Some(&main), keys.as_ref()].into_iter().flatten() {
-        if let Err(FormatError::Checkpoint {
-            rule: UNSAFE, what, ..
-        }) = r
-        {
-            return Err(checkpoint(path, UNSAFE, what.clone(), false));
-        }
-    }
     if big_endian {
         let what = "a big-endian checkpoint: its tensors' bytes are not safetensors' order";
-        if unsafe_globals.is_empty() {
-            return Err(checkpoint(path, "BigEndian", what, false));
-        }
-        return Err(checkpoint(
+        return Err(refused_trap(
             path,
-            UNSAFE,
-            format!(
-                "the pickle calls {}; nothing was run, the file is not offered as safetensors \
-                 (and {what} [BigEndian])",
-                unsafe_globals.join(", ")
-            ),
-            false,
+            &unsafe_globals,
+            checkpoint(path, "BigEndian", what, false),
         ));
     }
-    let main = main?;
-    let keys = keys.ok_or_else(|| checkpoint(path, "Truncated", "no storage keys", true))??;
+    let (main, keys) = rest?;
     let keys: Vec<String> = keys
         .items(keys.top)
         .and_then(|items| {

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
-use container::{Container, Span, UNSAFE, checkpoint, load_at};
+use container::{Container, Span, UNSAFE, checkpoint, load_at, trap};
 use torch::{Found, MAX_NOTES};
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
@@ -156,10 +156,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
             Err(why) => Err(NotOffered::Unfit(why)),
         }
     } else {
-        let why = format!(
-            "the pickle calls {}; nothing was run, the file is not offered as safetensors",
-            c.unsafe_globals.join(", ")
-        );
+        let why = trap(&c.unsafe_globals);
         notes.insert(0, why.clone());
         Err(NotOffered::Trap(why))
     };

@@ -15,7 +15,7 @@ use std::path::Path;
 use ::zip::result::ZipError;
 use ::zip::{CompressionMethod, ZipArchive};
 
-use super::container::{Container, MAX_PICKLE, Span, UNSAFE, checkpoint, load};
+use super::container::{Container, MAX_PICKLE, Span, UNSAFE, checkpoint, load, refused_trap};
 use super::danger;
 use super::pickle;
 use crate::format::error::FormatError;
@@ -113,38 +113,14 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
                 },
                 _ => continue,
             };
-            let found = match pickle::load(&bytes) {
-                Ok(p) => p.values,
-                Err(err) => {
-                    for g in err.unsafe_globals {
-                        if !unsafe_globals.contains(&g) {
-                            unsafe_globals.push(g);
-                        }
-                    }
-                    continue;
-                }
-            };
-            danger::unsafe_globals(&found, &mut unsafe_globals);
+            match pickle::load(&bytes) {
+                Ok(p) => danger::unsafe_globals(&p.values, &mut unsafe_globals),
+                Err(err) => danger::merge(&mut unsafe_globals, err.unsafe_globals),
+            }
         }
     }
     // A file refused for another rule whose pickles name an unsafe global is refused as a trap.
-    let refuse = |e: FormatError| match e {
-        FormatError::Checkpoint { rule, what, .. }
-            if !unsafe_globals.is_empty() && rule != UNSAFE =>
-        {
-            checkpoint(
-                path,
-                UNSAFE,
-                format!(
-                    "the pickle calls {}; nothing was run, the file is not offered as \
-                     safetensors (and {what} [{rule}])",
-                    unsafe_globals.join(", ")
-                ),
-                false,
-            )
-        }
-        e => e,
-    };
+    let refuse = |e| refused_trap(path, &unsafe_globals, e);
     if let Some(e) = overlap(&entries, path) {
         return Err(refuse(e));
     }

@@ -148,13 +148,6 @@ fn hex(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
-/// `sha256sum PATH`: the oracle of a file's digest after a test changed it.
-fn sha256sum(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().unwrap();
-    assert!(out.status.success(), "sha256sum: {}", stderr(&out));
-    stdout(&out)[..64].to_string()
-}
-
 /// Flips every bit of the byte at `offset` of `path`.
 fn flip(path: &Path, offset: u64) {
     let mut f = OpenOptions::new()
