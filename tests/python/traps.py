@@ -6,8 +6,9 @@
       writes DIR/trap_*.pt, each a torch.save checkpoint of real tensors whose pickle, loaded by
       torch.load(weights_only=False), creates MARKER; and DIR/clean_*.pt, real checkpoints of
       what training scripts save (none may be flagged). Every trap is proven one: each is loaded
-      by torch.load(weights_only=False) in a subprocess of its own, which must create MARKER
-      (removed after), and every clean one must load without creating it. Prints JSON
+      by torch.load(weights_only=False) in a child process of its own (trapkit.Canary), which
+      must create MARKER (removed after), and every clean one must load without creating it.
+      Prints JSON
       {file: {"named": the global the refusal must name, as Python resolves it}} for the traps,
       {file: {"named": null}} for the clean ones.
 
@@ -23,7 +24,6 @@ import json
 import os
 import pickle
 import struct
-import subprocess
 import sys
 import zipfile
 
@@ -31,55 +31,17 @@ import numpy as np
 import torch
 
 from checkpoints import Call
+from trapkit import Canary, Ops, call, sglob as stack_global, u, with_prefix
 
 
-def u(s):
-    """SHORT_BINUNICODE or BINUNICODE of `s`."""
-    b = s.encode()
-    if len(b) < 256:
-        return b"\x8c" + bytes([len(b)]) + b
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def call(glob, *args):
-    """Opcodes that call `glob` (opcodes that push a callable) on string arguments, and pop the
-    result."""
-    return glob + b"(" + b"".join(u(a) for a in args) + b"tR0"
-
-
-def stack_global(module, name):
-    return u(module) + u(name) + b"\x93"
-
-
-def with_prefix(path, prefix, proto=2, tail=None):
-    """Rewrites data.pkl of the zip checkpoint at `path`: PROTO `proto`, then `prefix`, then the
-    original pickle after its PROTO (or `tail` instead of it)."""
-    with zipfile.ZipFile(path) as z:
-        entries = [(i.filename, z.read(i)) for i in z.infolist()]
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        for name, data in entries:
-            if name.endswith("/data.pkl"):
-                assert data[:2] == b"\x80\x02", data[:2]
-                data = bytes([0x80, proto]) + prefix + (data[2:] if tail is None else tail)
-            z.writestr(name, data)
-
-
-def proven(path, marker, malicious):
-    """Loads `path` with torch.load(weights_only=False) in a subprocess: whether it created
-    `marker` must be `malicious`."""
-    code = ("import sys, torch\n"
-            "try:\n    torch.load(sys.argv[1], weights_only=False)\n"
-            "except Exception as e:\n    print(type(e).__name__, e, file=sys.stderr)\n")
-    subprocess.run([sys.executable, "-c", code, path], capture_output=True, timeout=120,
-                   cwd=os.path.dirname(path))
-    made = os.path.exists(marker)
-    if made:
-        os.remove(marker)
-    assert made == malicious, f"{path}: torch.load {'did not create' if malicious else 'created'} the marker"
+def called(f, *args):
+    """Opcodes that call `f` (GLOBAL opcodes) on `args` and pop the result."""
+    return call(Ops(f), *args) + b"0"
 
 
 def write(out, marker):
     os.makedirs(out, exist_ok=True)
+    c = Canary(marker)
     gen = torch.Generator().manual_seed(31)
     sd = {"w": torch.randn(3, 4, generator=gen), "b": torch.randn(4, generator=gen).half()}
     touch = f"touch {marker}"
@@ -89,9 +51,9 @@ def write(out, marker):
     np.save(npy, np.array([Call(os.system, touch)], dtype=object), allow_pickle=True)
     traps = {
         # Globals off the deny-lists, each of which runs code or writes a file.
-        "trap_codecs_open": (call(b"ccodecs\nopen\n", marker, "w"), 2, "codecs.open"),
-        "trap_zipfile": (call(b"czipfile\nZipFile\n", marker, "w"), 2, "zipfile.ZipFile"),
-        "trap_sqlite3": (call(b"csqlite3\nconnect\n", marker), 2, "sqlite3.connect"),
+        "trap_codecs_open": (called(b"ccodecs\nopen\n", marker, "w"), 2, "codecs.open"),
+        "trap_zipfile": (called(b"czipfile\nZipFile\n", marker, "w"), 2, "zipfile.ZipFile"),
+        "trap_sqlite3": (called(b"csqlite3\nconnect\n", marker), 2, "sqlite3.connect"),
         "trap_exec_with_source": (
             b"ctorch.fx.graph_module\n_exec_with_source\n(" + u(f"import os\nos.system({touch!r})")
             + b"}tR0", 2, "torch.fx.graph_module._exec_with_source"),
@@ -102,7 +64,7 @@ def write(out, marker):
                         "torch.os.system"),
         "trap_path_touch": (stack_global("pathlib", "Path.touch") + b"(" + stack_global(
             "pathlib", "PosixPath") + b"(" + u(marker) + b"tRtR0", 4, "pathlib.Path.touch"),
-        "trap_py2_commands": (call(b"ccommands\ngetoutput\n", touch), 2,
+        "trap_py2_commands": (called(b"ccommands\ngetoutput\n", touch), 2,
                               "subprocess.getoutput (written commands.getoutput)"),
         "trap_escaped": (b"S'\\157\\163'\nS'\\163ystem'\n\x93(" + u(touch) + b"tR0", 2,
                          "os.system"),
@@ -120,13 +82,13 @@ def write(out, marker):
         path = os.path.join(out, name + ".pt")
         torch.save(sd, path)
         with_prefix(path, prefix, proto)
-        proven(path, marker, True)
+        c.prove(path, True)
         result[name + ".pt"] = {"named": named}
     # A pickle that fails after its call (an opcode that does not exist).
     path = os.path.join(out, "trap_fails_after.pt")
     torch.save(sd, path)
-    with_prefix(path, call(b"cos\nsystem\n", touch), 2, tail=b"\xff")
-    proven(path, marker, True)
+    with_prefix(path, called(b"cos\nsystem\n", touch), 2, tail=b"\xff")
+    c.prove(path, True)
     result["trap_fails_after.pt"] = {"named": "os.system"}
     # Containers as torch's reader (miniz) reads them: an entry name in any case, a `code/` entry
     # that does not make a TorchScript archive (only `constants.pkl` does), a big-endian archive
@@ -134,13 +96,13 @@ def write(out, marker):
     def rewrite(name, change, compression=zipfile.ZIP_STORED):
         path = os.path.join(out, name)
         torch.save(sd, path)
-        with_prefix(path, call(b"cos\nsystem\n", touch))
+        with_prefix(path, called(b"cos\nsystem\n", touch))
         with zipfile.ZipFile(path) as z:
             entries = [(i.filename, z.read(i)) for i in z.infolist()]
         with zipfile.ZipFile(path, "w", compression) as z:
             for n, data in change(entries):
                 z.writestr(n, data)
-        proven(path, marker, True)
+        c.prove(path, True)
         result[name] = {"named": "os.system"}
 
     top = lambda entries: entries[0][0].split("/")[0]
@@ -155,7 +117,7 @@ def write(out, marker):
     name = "trap_overlapping.pt"
     path = os.path.join(out, name)
     torch.save(sd, path)
-    with_prefix(path, call(b"cos\nsystem\n", touch))
+    with_prefix(path, called(b"cos\nsystem\n", touch))
     data = bytearray(open(path, "rb").read())
     at = data.find(b"PK\x01\x02")
     while at != -1:
@@ -167,7 +129,7 @@ def write(out, marker):
     assert at != -1, "no .format_version entry"
     with open(path, "wb") as f:
         f.write(data)
-    proven(path, marker, True)
+    c.prove(path, True)
     result[name] = {"named": "os.system"}
 
     # Two data.pkl entries, a clean one first: torch 2's reader took the second here.
@@ -198,19 +160,30 @@ def write(out, marker):
         name = f"trap_bare_protocol_{proto}.pt"
         with open(os.path.join(out, name), "wb") as f:
             f.write(pickle.dumps({"x": Call(os.system, touch)}, protocol=proto))
-        proven(os.path.join(out, name), marker, True)
+        c.prove(os.path.join(out, name), True)
         result[name] = {"named": "posix.system"}
-    name = "trap_legacy_magic.pt"
-    with open(os.path.join(out, name), "wb") as f:
-        f.write(pickle.dumps(0x1950a86a20f9469cfc6c, protocol=0))
-        f.write(pickle.dumps(Call(os.system, touch), protocol=2))
-    proven(os.path.join(out, name), marker, True)
-    result[name] = {"named": "posix.system"}
+    # Legacy files whose second pickle (the protocol version, to torch.load) is the call: after
+    # the magic number as torch writes it, as protocol 0 writes it, and in hex (`int(s, 0)`).
+    magic = 0x1950a86a20f9469cfc6c
+    for name, first in [("trap_legacy_version.pt", pickle.dumps(magic, protocol=2)),
+                        ("trap_legacy_magic.pt", pickle.dumps(magic, protocol=0)),
+                        ("trap_legacy_hex_magic.pt", f"L{magic:#x}L\n.".encode())]:
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(first)
+            f.write(pickle.dumps(Call(os.system, touch), protocol=2))
+        c.prove(os.path.join(out, name), True)
+        result[name] = {"named": "posix.system"}
+    # An integer in hex before the call, which Python reads (`INT` is C's strtol, base 0).
+    path = os.path.join(out, "trap_hex_int.pt")
+    torch.save(sd, path)
+    with_prefix(path, b"I0x10\n0" + called(b"cos\nsystem\n", touch))
+    c.prove(path, True)
+    result["trap_hex_int.pt"] = {"named": "os.system"}
 
     # A trap with no tensors at all.
     path = os.path.join(out, "trap_no_tensors.pt")
     torch.save({"note": Call(os.system, touch)}, path)
-    proven(path, marker, True)
+    c.prove(path, True)
     result["trap_no_tensors.pt"] = {"named": "posix.system"}
 
     # What training scripts save: none is a trap.
@@ -230,12 +203,23 @@ def write(out, marker):
     for name, obj in clean.items():
         path = os.path.join(out, name + ".pt")
         torch.save(obj, path)
-        proven(path, marker, False)
+        c.prove(path, False)
         result[name + ".pt"] = {"named": None}
     path = os.path.join(out, "clean_proto4.pt")
     torch.save({"w": w}, path, pickle_protocol=4)
-    proven(path, marker, False)
+    c.prove(path, False)
     result["clean_proto4.pt"] = {"named": None}
+    # A legacy checkpoint whose magic number is written in protocol 0: torch.load reads it.
+    path = os.path.join(out, "clean_legacy_magic.pt")
+    torch.save({"w": w}, path, _use_new_zipfile_serialization=False)
+    data = open(path, "rb").read()
+    first = pickle.dumps(magic, protocol=2)
+    assert data.startswith(first)
+    with open(path, "wb") as f:
+        f.write(pickle.dumps(magic, protocol=0) + data[len(first):])
+    assert torch.equal(torch.load(path, weights_only=False)["w"], w)
+    c.prove(path, False)
+    result["clean_legacy_magic.pt"] = {"named": None}
     os.remove(npy)
     print(json.dumps(result, sort_keys=True))
 

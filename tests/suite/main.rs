@@ -46,6 +46,8 @@ mod stacking;
 mod stress;
 /// systemd: readiness, units, fstab generator.
 mod systemd;
+/// Pickles that are traps: the scanners' own corpora and the evasions they miss.
+mod traps;
 /// The tree a mount shows: mirrored directories, tensor directories, sets, links, attributes.
 mod tree;
 /// Names and views: escaping, `-o npy`, `-o layout=tree`.

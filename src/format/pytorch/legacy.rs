@@ -19,11 +19,10 @@ use crate::format::error::FormatError;
 /// How much of the file's start is looked at to tell what it is (a tar header is 512 bytes).
 pub(super) const SNIFF_LEN: u64 = 512;
 
-/// The first pickle of every legacy checkpoint: protocol 2, `LONG1` of ten bytes, the magic
-/// number 0x1950a86a20f9469cfc6c, `STOP`.
-pub(super) const MAGIC_PICKLE: [u8; 15] = [
-    0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, b'.',
-];
+/// The first pickle of a legacy checkpoint is the magic number 0x1950a86a20f9469cfc6c: its
+/// little-endian bytes. `torch.save` writes it as `LONG1` in protocol 2; `torch.load` compares the
+/// number, however the pickle spells it.
+const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 
 /// How many pickles a legacy checkpoint holds, one after another (`torch.load` unpickles no more).
 pub(super) const PICKLES: usize = 5;
@@ -40,16 +39,37 @@ pub(super) fn is_tar_checkpoint(head: &[u8]) -> bool {
         && [&b"sys_info"[..], b"pickle", b"tensors", b"storages"].contains(&name)
 }
 
-/// Reads the pickles and the storages' places.
+/// Reads the pickles and the storages' places; [`FormatError::Foreign`] if the first pickle is not
+/// the magic number. A file whose pickles name an unsafe global is refused for it, whatever else
+/// is wrong with it.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
-    let mut at = MAGIC_PICKLE.len() as u64;
     let mut unsafe_globals = Vec::new();
+    match read_pickles(file, len, path, &mut unsafe_globals) {
+        Ok(c) => Ok(Container {
+            unsafe_globals,
+            ..c
+        }),
+        Err(e) => Err(refused_trap(path, &unsafe_globals, e)),
+    }
+}
+
+fn read_pickles(
+    file: &File,
+    len: u64,
+    path: &Path,
+    unsafe_globals: &mut Vec<String>,
+) -> Result<Container, FormatError> {
+    let mut at = 0;
     let mut next = |part: &str, at: &mut u64| -> Result<Pickle, FormatError> {
         let p = load_at(file, len, *at, path, part)?;
-        danger::unsafe_globals(&p.values, &mut unsafe_globals);
+        danger::unsafe_globals(&p.values, unsafe_globals);
         *at = at.saturating_add(p.consumed as u64);
         Ok(p)
     };
+    match next("the magic number", &mut at) {
+        Ok(magic) if magic.get(magic.top) == &Value::BigInt(MAGIC.into()) => {}
+        _ => return Err(FormatError::Foreign(path.to_path_buf())),
+    }
     let version = next("the protocol version", &mut at)?;
     if version.int(version.top) != Some(PROTOCOL_VERSION) {
         return Err(checkpoint(
@@ -73,11 +93,7 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     };
     if big_endian {
         let what = "a big-endian checkpoint: its tensors' bytes are not safetensors' order";
-        return Err(refused_trap(
-            path,
-            &unsafe_globals,
-            checkpoint(path, "BigEndian", what, false),
-        ));
+        return Err(checkpoint(path, "BigEndian", what, false));
     }
     let (main, keys) = rest?;
     let keys: Vec<String> = keys
@@ -101,7 +117,7 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         kind: "pytorch-legacy",
         main,
         storages,
-        unsafe_globals,
+        unsafe_globals: Vec::new(),
     })
 }
 

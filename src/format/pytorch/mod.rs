@@ -45,8 +45,6 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
     let container = if head.starts_with(b"PK\x03\x04") {
         zip::read(file, len, path)?
-    } else if head.starts_with(&legacy::MAGIC_PICKLE) {
-        legacy::read(file, len, path)?
     } else if legacy::is_tar_checkpoint(&head) {
         return Err(checkpoint(
             path,
@@ -55,7 +53,10 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
             false,
         ));
     } else {
-        return Err(plain_pickle(file, len, path));
+        match legacy::read(file, len, path) {
+            Err(FormatError::Foreign(_)) => return Err(plain_pickle(file, len, path)),
+            c => c?,
+        }
     };
     build(container, path)
 }

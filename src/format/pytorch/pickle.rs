@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use super::danger::unsafe_globals;
-use super::text::{raw_unicode_escape, unquote};
+use super::text::{TextInt, int_line, long_line, minimal, raw_unicode_escape, unquote};
 pub(super) use super::value::{Added, FALSE, Id, NONE, Pickle, PickleError, SeqKind, TRUE, Value};
 
 /// Most values one pickle may make (beyond that the input is not a checkpoint's pickle).
@@ -548,53 +548,35 @@ impl<'a> Machine<'a> {
     }
 
     /// `INT`: a decimal line, `00`/`01` being `False`/`True`.
+    /// `INT`: a text line as CPython reads it (C's `strtol`, then `int(s, 0)`; `01` is `True`).
     fn text_int(&mut self) -> Result<(), PickleError> {
-        let line = self.text_line()?;
-        match line.trim() {
-            "00" => self.push(FALSE),
-            "01" => self.push(TRUE),
-            text => self.decimal(text),
+        let line = self.line()?;
+        match int_line(line) {
+            Some(TextInt::Bool(b)) => self.push(if b { TRUE } else { FALSE }),
+            Some(TextInt::Int(bytes)) => self.push_new(long_value(&bytes)),
+            None => Err(self.not_an_integer(line)),
         }
     }
 
-    /// `LONG`: a decimal line with an optional `L`.
+    /// `LONG`: a text line with an optional `L`, as `int(s, 0)` reads it.
     fn text_long(&mut self) -> Result<(), PickleError> {
-        let line = self.text_line()?;
-        let text = line.trim();
-        self.decimal(text.strip_suffix('L').unwrap_or(text))
+        let line = self.line()?;
+        match long_line(line) {
+            Some(bytes) => self.push_new(long_value(&bytes)),
+            None => Err(self.not_an_integer(line)),
+        }
     }
 
-    fn decimal(&mut self, text: &str) -> Result<(), PickleError> {
-        let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(self.error("BadText", format!("{text:?} is not an integer")));
-        }
-        let value = match text.parse() {
-            Ok(v) => Value::Int(v),
-            Err(_) => Value::BigInt(text.as_bytes().into()),
-        };
-        self.push_new(value)
+    fn not_an_integer(&self, line: &[u8]) -> PickleError {
+        let text = String::from_utf8_lossy(line);
+        self.error("BadText", format!("{text:?} is not an integer"))
     }
 
     /// `LONG1`/`LONG4`: `n` bytes of little-endian two's complement.
     fn long(&mut self, n: u64) -> Result<(), PickleError> {
         let n = self.length(n)?;
         let bytes = self.take(n)?;
-        let value = if n <= SMALL_LONG {
-            let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
-                0xff
-            } else {
-                0
-            };
-            let mut word = [fill; 8];
-            for (slot, &b) in word.iter_mut().zip(bytes) {
-                *slot = b;
-            }
-            Value::Int(i64::from_le_bytes(word))
-        } else {
-            Value::BigInt(bytes.into())
-        };
-        self.push_new(value)
+        self.push_new(long_value(bytes))
     }
 
     fn string(&mut self, n: u64) -> Result<(), PickleError> {
@@ -616,6 +598,26 @@ impl<'a> Machine<'a> {
         let id = self.global("copyreg._extension_registry".into(), code.to_string())?;
         self.push(id)
     }
+}
+
+/// The integer of little-endian two's complement `bytes` (as `LONG1` holds it): an `Int` if it
+/// fits, else a `BigInt` of the fewest bytes that hold it (so that equal numbers are equal
+/// values).
+fn long_value(bytes: &[u8]) -> Value {
+    let bytes = minimal(bytes.to_vec());
+    if bytes.len() > SMALL_LONG {
+        return Value::BigInt(bytes.into());
+    }
+    let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
+        0xff
+    } else {
+        0
+    };
+    let mut word = [fill; 8];
+    for (slot, &b) in word.iter_mut().zip(&bytes) {
+        *slot = b;
+    }
+    Value::Int(i64::from_le_bytes(word))
 }
 
 #[cfg(test)]
@@ -648,7 +650,7 @@ mod tests {
             [
                 Value::Int(1),
                 Value::Bool(true),
-                Value::BigInt(b"12345678901234567890"[..].into()),
+                Value::BigInt(12345678901234567890u128.to_le_bytes()[..9].into()),
                 Value::Float(1.5),
                 Value::Str("a\nb".into()),
                 Value::Str("h\u{e9}".into()),

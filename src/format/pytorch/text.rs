@@ -87,3 +87,194 @@ pub(super) fn raw_unicode_escape(line: &[u8]) -> String {
     }
     out
 }
+
+/// What a protocol 0 `INT` line holds.
+#[derive(Debug, PartialEq)]
+pub(super) enum TextInt {
+    Bool(bool),
+    /// Little-endian two's complement bytes, fewest that hold it.
+    Int(Vec<u8>),
+}
+
+/// An `INT` line (without its newline) as CPython's C unpickler reads it: `strtol(s, &end, 0)`
+/// (leading space, a sign, then decimal, `0x` hex or, after a leading `0`, octal; a NUL ends the
+/// text), which a two-byte line of value 0 or 1 makes a boolean; when that overflows or leaves
+/// text, `int(s, 0)`.
+pub(super) fn int_line(line: &[u8]) -> Option<TextInt> {
+    let text = line.split(|&b| b == 0).next().unwrap_or_default();
+    match strtol(text) {
+        Some(x @ (0 | 1)) if line.len() == 2 => Some(TextInt::Bool(x == 1)),
+        Some(x) => Some(TextInt::Int(minimal(x.to_le_bytes().to_vec()))),
+        None => py_int(text).map(TextInt::Int),
+    }
+}
+
+/// A `LONG` line (without its newline) as CPython reads it: one trailing `L` dropped, then
+/// `int(s, 0)` of the text up to a NUL. Little-endian two's complement bytes, fewest that hold it.
+pub(super) fn long_line(line: &[u8]) -> Option<Vec<u8>> {
+    let line = line.strip_suffix(b"L").unwrap_or(line);
+    py_int(line.split(|&b| b == 0).next().unwrap_or_default())
+}
+
+/// C's `strtol(text, &end, 0)` where `end` must reach the end of `text`: `None` on overflow, on no
+/// digits, or on text left after them.
+fn strtol(text: &[u8]) -> Option<i64> {
+    let s = &text[text.iter().take_while(|&&b| is_space(b)).count()..];
+    let (negative, s) = sign(s);
+    let (radix, digits) = match s {
+        [b'0', b'x' | b'X', d, ..] if d.is_ascii_hexdigit() => (16, &s[2..]),
+        [b'0', ..] => (8, s),
+        _ => (10, s),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &d in digits {
+        let d = char::from(d).to_digit(radix)?;
+        value = value.checked_mul(radix.into())?;
+        value = if negative {
+            value.checked_sub(d.into())?
+        } else {
+            value.checked_add(d.into())?
+        };
+    }
+    Some(value)
+}
+
+/// Python's `int(text, 0)` (`PyLong_FromString` with base 0): space around, a sign, `0x`, `0o` or
+/// `0b` (and one `_` after it) or decimal without leading zeros (but for zero), single `_`
+/// between digits; decimal of more than 4300 digits is refused, as Python refuses it.
+fn py_int(text: &[u8]) -> Option<Vec<u8>> {
+    let start = text.iter().take_while(|&&b| is_space(b)).count();
+    let end = text.len() - text.iter().rev().take_while(|&&b| is_space(b)).count();
+    let s = text.get(start..end).unwrap_or_default();
+    let (negative, s) = sign(s);
+    let (radix, s, zero_only) = match s {
+        [b'0', b'x' | b'X', rest @ ..] => (16, rest.strip_prefix(b"_").unwrap_or(rest), false),
+        [b'0', b'o' | b'O', rest @ ..] => (8, rest.strip_prefix(b"_").unwrap_or(rest), false),
+        [b'0', b'b' | b'B', rest @ ..] => (2, rest.strip_prefix(b"_").unwrap_or(rest), false),
+        [b'0', ..] => (10, s, true),
+        _ => (10, s, false),
+    };
+    if s.first() == Some(&b'_') || s.last() == Some(&b'_') || s.windows(2).any(|w| w == b"__") {
+        return None;
+    }
+    let digits: Vec<u32> = s
+        .iter()
+        .filter(|&&b| b != b'_')
+        .map(|&b| char::from(b).to_digit(radix))
+        .collect::<Option<_>>()?;
+    if digits.is_empty() || (radix == 10 && digits.len() > 4300) {
+        return None;
+    }
+    // The magnitude, little-endian, one digit at a time (at most 4300 decimal digits, or linear
+    // for the powers of two).
+    let mut magnitude: Vec<u8> = Vec::new();
+    for d in digits {
+        let mut carry = d;
+        for byte in magnitude.iter_mut() {
+            let v = u32::from(*byte) * radix + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            magnitude.push(carry as u8);
+            carry >>= 8;
+        }
+    }
+    if zero_only && magnitude.iter().any(|&b| b != 0) {
+        return None;
+    }
+    magnitude.push(0);
+    if negative {
+        // Two's complement: invert, add one.
+        let mut carry = true;
+        for byte in magnitude.iter_mut() {
+            let (v, c) = (!*byte).overflowing_add(u8::from(carry));
+            *byte = v;
+            carry = c;
+        }
+    }
+    Some(minimal(magnitude))
+}
+
+/// C's `isspace` (and CPython's `Py_ISSPACE`) in ASCII.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn sign(s: &[u8]) -> (bool, &[u8]) {
+    match s {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, s),
+    }
+}
+
+/// Little-endian two's complement `bytes` without the sign bytes that repeat (at least one byte).
+pub(super) fn minimal(mut bytes: Vec<u8>) -> Vec<u8> {
+    while let [.., prev, last] = bytes[..] {
+        if (last == 0 && prev & 0x80 == 0) || (last == 0xff && prev & 0x80 != 0) {
+            bytes.pop();
+        } else {
+            break;
+        }
+    }
+    if bytes.is_empty() {
+        bytes.push(0);
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(v: i128) -> TextInt {
+        TextInt::Int(minimal(v.to_le_bytes().to_vec()))
+    }
+
+    /// What `pickle.loads` of Python 3.11 gives for each line (`I…\n.` and `L…\n.`).
+    #[test]
+    fn integer_lines_read_as_cpython_reads_them() {
+        let ints: &[(&[u8], Option<TextInt>)] = &[
+            (b"0x10", Some(int(16))),
+            (b"010", Some(int(8))),
+            (b" 1", Some(TextInt::Bool(true))),
+            (b"+1", Some(TextInt::Bool(true))),
+            (b"-0", Some(TextInt::Bool(false))),
+            (b"00", Some(TextInt::Bool(false))),
+            (b"01", Some(TextInt::Bool(true))),
+            (b"1\0zz", Some(int(1))),
+            (b"99999999999999999999", Some(int(99999999999999999999))),
+            (b"0x1_0", Some(int(16))),
+            (b"1_0", Some(int(10))),
+            (b"08", None),
+            (b"\x0b7", Some(int(7))),
+            (b"-9223372036854775809", Some(int(-9223372036854775809))),
+            (b"", None),
+            (b"x", None),
+        ];
+        for (line, want) in ints {
+            assert_eq!(&int_line(line), want, "{}", String::from_utf8_lossy(line));
+        }
+        let longs: &[(&[u8], Option<i128>)] = &[
+            (b"0x1950a86a20f9469cfc6cL", Some(0x1950a86a20f9469cfc6c)),
+            (b" 0b1_01 L", Some(5)),
+            (b"1_000", Some(1000)),
+            (b"-0o17L", Some(-15)),
+            (b"007L", None),
+            (b"000L", Some(0)),
+            (b"1__0L", None),
+            (b"-128", Some(-128)),
+            (b"128", Some(128)),
+        ];
+        for (line, want) in longs {
+            let want = want.map(|v| minimal(v.to_le_bytes().to_vec()));
+            assert_eq!(long_line(line), want, "{}", String::from_utf8_lossy(line));
+        }
+        assert_eq!(long_line(&[b'1'; 4301]), None);
+        assert_eq!(long_line(&[b'1'; 4300]).map(|b| b.len()), Some(1786));
+    }
+}
