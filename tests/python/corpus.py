@@ -16,7 +16,6 @@ global before it builds the state dict (so that a scanner that misses the call w
 file as safetensors), and a file of bare pickles as the scanners' tests write them.
 """
 
-import argparse
 import json
 import marshal
 import os
@@ -29,7 +28,7 @@ import zipfile
 import torch
 from picklescan.scanner import SafetyLevel, scan_file_path
 
-from trapkit import Canary, Ops, call, glob, obj, sglob, u, with_prefix
+from trapkit import Canary, command_line, Ops, call, glob, obj, sglob, u, with_prefix
 
 warnings.filterwarnings("ignore")
 
@@ -428,16 +427,5 @@ def write(out, marker):
     print(json.dumps(result, sort_keys=True))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("write")
-    p.add_argument("dir")
-    p.add_argument("marker")
-    a = parser.parse_args()
-    return write(a.dir, a.marker) or 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line(__doc__, write))

@@ -6,6 +6,7 @@ child and watches for what its call does: a marker file (or directory) created, 
 connection to a listener of the canary's own on 127.0.0.1.
 """
 
+import argparse
 import os
 import shutil
 import signal
@@ -134,3 +135,16 @@ class Canary:
             os.remove(self.marker)
         assert fired == malicious, (
             f"{path}: torch.load {'did not fire' if malicious else 'fired'} the canary")
+
+
+def command_line(doc, write):
+    """The command line of a trap script, `SCRIPT write DIR MARKER`, whose `write(dir, marker)`
+    writes its samples; `doc` is its help."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("write")
+    p.add_argument("dir")
+    p.add_argument("marker")
+    a = parser.parse_args()
+    return write(a.dir, a.marker) or 0

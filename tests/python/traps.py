@@ -18,7 +18,6 @@ where torch.save cannot write it (dotted protocol-4 names, escaped protocol-0 st
 STACK_GLOBAL operands, a pickle that fails after its call).
 """
 
-import argparse
 import io
 import json
 import os
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 
 from checkpoints import Call
-from trapkit import Canary, Ops, call, sglob as stack_global, u, with_prefix
+from trapkit import Canary, command_line, Ops, call, sglob as stack_global, u, with_prefix
 
 
 def called(f, *args):
@@ -224,16 +223,5 @@ def write(out, marker):
     print(json.dumps(result, sort_keys=True))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("write")
-    p.add_argument("dir")
-    p.add_argument("marker")
-    a = parser.parse_args()
-    return write(a.dir, a.marker) or 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line(__doc__, write))
