@@ -331,6 +331,20 @@ def bare_samples(c):
         ("code_object", "picklescan cloudpickle code injection",
          b"\x80\x04" + code_object_prefix(m) + b".", "types.CodeType"),
     ]
+    # fickling's attack vectors: callables as pickle.dumps writes them at every protocol (Python 2
+    # names through the compat map below 3: `commands run`, `__builtin__ eval`).
+    import pty
+    import runpy
+    import socket
+    vectors = [(os.system, sh), (builtins.eval, py), (builtins.exec, py),
+               (subprocess.run, ["touch", m]), (os.popen, sh), (pty.spawn, ["touch", m]),
+               (runpy._run_code, py, {}), (socket.create_connection, ("127.0.0.1", c.port))]
+    for f, *args in vectors:
+        for proto in range(6):
+            out.append((f"vector_{f.__module__}_{f.__name__}_v{proto}",
+                        "fickling attack vectors (every protocol)",
+                        pickle.dumps(Call(f, *args), protocol=proto),
+                        f"{f.__module__}.{f.__qualname__}"))
     out = [(name + ".bin", *rest) for name, *rest in out]
     for ext in ("pth", "ckpt"):
         out.append((f"extension.{ext}", "fickling CVE-2025-10155 (any extension)",
