@@ -547,7 +547,6 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// `INT`: a decimal line, `00`/`01` being `False`/`True`.
     /// `INT`: a text line as CPython reads it (C's `strtol`, then `int(s, 0)`; `01` is `True`).
     fn text_int(&mut self) -> Result<(), PickleError> {
         let line = self.line()?;

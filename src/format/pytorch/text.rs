@@ -168,21 +168,7 @@ fn py_int(text: &[u8]) -> Option<Vec<u8>> {
     if digits.is_empty() || (radix == 10 && digits.len() > 4300) {
         return None;
     }
-    // The magnitude, little-endian, one digit at a time (at most 4300 decimal digits, or linear
-    // for the powers of two).
-    let mut magnitude: Vec<u8> = Vec::new();
-    for d in digits {
-        let mut carry = d;
-        for byte in magnitude.iter_mut() {
-            let v = u32::from(*byte) * radix + carry;
-            *byte = v as u8;
-            carry = v >> 8;
-        }
-        while carry > 0 {
-            magnitude.push(carry as u8);
-            carry >>= 8;
-        }
-    }
+    let mut magnitude = magnitude(&digits, radix);
     if zero_only && magnitude.iter().any(|&b| b != 0) {
         return None;
     }
@@ -197,6 +183,43 @@ fn py_int(text: &[u8]) -> Option<Vec<u8>> {
         }
     }
     Some(minimal(magnitude))
+}
+
+/// The little-endian bytes of the number whose digits (most significant first) are `digits` in
+/// `radix`: bit by bit for the powers of two (linear, as Python's), else nine decimal digits at a
+/// time into 32-bit limbs (at most 4300 digits).
+fn magnitude(digits: &[u32], radix: u32) -> Vec<u8> {
+    if radix.is_power_of_two() {
+        let bits = radix.trailing_zeros();
+        let (mut out, mut acc, mut n) = (Vec::with_capacity(digits.len()), 0u32, 0);
+        for &d in digits.iter().rev() {
+            acc |= d << n;
+            n += bits;
+            while n >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                n -= 8;
+            }
+        }
+        out.push(acc as u8);
+        return out;
+    }
+    let mut limbs: Vec<u32> = Vec::new();
+    for chunk in digits.chunks(9) {
+        let (mul, add) = chunk.iter().fold((1u64, 0u64), |(m, a), &d| {
+            (m * u64::from(radix), a * u64::from(radix) + u64::from(d))
+        });
+        let mut carry = add;
+        for limb in limbs.iter_mut() {
+            let v = u64::from(*limb) * mul + carry;
+            *limb = v as u32;
+            carry = v >> 32;
+        }
+        if carry > 0 {
+            limbs.push(carry as u32);
+        }
+    }
+    limbs.iter().flat_map(|l| l.to_le_bytes()).collect()
 }
 
 /// C's `isspace` (and CPython's `Py_ISSPACE`) in ASCII.
@@ -269,6 +292,16 @@ mod tests {
             (b"1__0L", None),
             (b"-128", Some(-128)),
             (b"128", Some(128)),
+            (b"0", Some(0)),
+            (b"-0x8000000000000000", Some(-0x8000000000000000)),
+            (b"0xffffffffffffffffff", Some(0xffffffffffffffffff)),
+            (b"0b1111111", Some(127)),
+            (b"0o777_777", Some(0o777777)),
+            (b"1000000000000000000000000000", Some(10i128.pow(27))),
+            (
+                b"-123456789012345678901234567890",
+                Some(-123456789012345678901234567890),
+            ),
         ];
         for (line, want) in longs {
             let want = want.map(|v| minimal(v.to_le_bytes().to_vec()));
