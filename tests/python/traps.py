@@ -38,6 +38,21 @@ def called(f, *args):
     return call(Ops(f), *args) + b"0"
 
 
+def attribute_dict(out, **items):
+    """Lightning's `AttributeDict` of hyper-parameters, as `save_hyperparameters` keeps it: a dict
+    subclass of `lightning_fabric.utilities.data` (Lightning is not installed here: a module of
+    that name is made for the writer, and for the child that loads the checkpoint)."""
+    import importlib
+    import types
+    name = "lightning_fabric.utilities.data"
+    if name not in sys.modules:
+        for part in ("lightning_fabric", "lightning_fabric.utilities", name):
+            sys.modules[part] = types.ModuleType(part)
+        module = sys.modules[name]
+        module.AttributeDict = type("AttributeDict", (dict,), {"__module__": name})
+    return importlib.import_module(name).AttributeDict(**items)
+
+
 def write(out, marker):
     os.makedirs(out, exist_ok=True)
     c = Canary(marker)
@@ -198,6 +213,8 @@ def write(out, marker):
                         "rng": np.random.get_state(), "hist": np.arange(4)},
         "clean_counter": {"state_dict": collections.OrderedDict(w=w),
                           "vocab": collections.Counter("abca"), "ids": {1, 2}},
+        "clean_lightning": {"state_dict": {"model.w": w}, "epoch": 1, "global_step": 8,
+                            "hyper_parameters": attribute_dict(out, lr=0.1, layers=2)},
     }
     for name, obj in clean.items():
         path = os.path.join(out, name + ".pt")

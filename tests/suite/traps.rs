@@ -68,11 +68,12 @@ fn traps_are_named(script: &str, count: usize, also: impl Fn(&str, &Value, &str)
 /// aliases, escaped protocol-0 strings, computed `STACK_GLOBAL` operands, a pickle that fails
 /// after its call, a trap with no tensors, containers read as torch reads them): each is named,
 /// none is offered as safetensors. Real checkpoints beside them (bf16, tied weights, optimizer
-/// state with `argparse` arguments, numpy arrays and scalars, counters and sets, protocol 4) are
-/// converted with no error.
+/// state with `argparse` arguments, numpy arrays and scalars, counters and sets, Lightning's
+/// hyper-parameters, protocol 4, a legacy magic number spelled another way) are converted with no
+/// error.
 #[test]
 fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
-    traps_are_named("traps.py", 32, |_, _, _| {});
+    traps_are_named("traps.py", 33, |_, _, _| {});
 }
 
 /// The scanners' own corpora: picklescan's test samples (by protocol, by opcode: INST, OBJ,
