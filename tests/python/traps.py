@@ -146,7 +146,8 @@ def write(out, marker):
     c.prove(path, True)
     result[name] = {"named": "os.system"}
 
-    # Two data.pkl entries, a clean one first: torch 2's reader took the second here.
+    # Two data.pkl entries, a clean one first (torch 2's reader took the second here): refused
+    # as a duplicated archive, and named.
     clean_pkl = []
 
     def duplicate(es):

@@ -315,6 +315,15 @@ fn torchscript_is_refused() {
 }
 
 #[test]
+fn duplicate_entries_are_refused() {
+    let zip = zip_of(&[
+        ("m/data.pkl", b"\x80\x02}q\x00."),
+        ("m/DATA.PKL", b"\x80\x02]q\x00."),
+    ]);
+    assert_eq!(rule(describe_bytes(&zip)), ("DuplicateEntry".into(), false));
+}
+
+#[test]
 fn any_top_folder_and_storage_checks() {
     // One float32 tensor `w` of shape (2,) in storage "0" of 2 elements, hand-written.
     let pkl: &[u8] = b"\x80\x02}q\x00X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n(\

@@ -71,11 +71,14 @@ const MAX_INFLATED: u64 = 64 << 20;
 /// Reads the archive's directory, its pickle and its storages' places.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
     let entries = entries(file, len, path)?;
-    // torch's reader (miniz) finds an entry by its name in any case, and of two entries of one
-    // name the first: so does this one.
+    // torch's reader (miniz) finds an entry by its name in any case; of two entries of one name it
+    // may take either (which one depends on its sort), so such an archive is refused below.
     let mut by_name: HashMap<String, &Entry> = HashMap::new();
+    let mut duplicate = None;
     for e in &entries {
-        by_name.entry(e.name.to_ascii_lowercase()).or_insert(e);
+        if by_name.insert(e.name.to_ascii_lowercase(), e).is_some() {
+            duplicate.get_or_insert(e.name.as_str());
+        }
     }
     // torch names the top folder after the file it wrote; whatever it is, `data.pkl` is in it.
     let Some(pkl) = entries.iter().find(|e| {
@@ -121,6 +124,17 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     }
     // A file refused for another rule whose pickles name an unsafe global is refused as a trap.
     let refuse = |e| refused_trap(path, &unsafe_globals, e);
+    if let Some(name) = duplicate {
+        return Err(refuse(checkpoint(
+            path,
+            "DuplicateEntry",
+            format!(
+                "two entries are named `{name}` (in some case): torch's reader may take either, \
+                 so what torch.load gives is not known"
+            ),
+            false,
+        )));
+    }
     if let Some(e) = overlap(&entries, path) {
         return Err(refuse(e));
     }
