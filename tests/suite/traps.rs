@@ -72,6 +72,7 @@ fn traps_are_named(script: &str, count: usize, also: impl Fn(&str, &Value, &str)
 /// hyper-parameters, protocol 4, a legacy magic number spelled another way) are converted with no
 /// error.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
     traps_are_named("traps.py", 33, |_, _, _| {});
 }
@@ -85,6 +86,7 @@ fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
 /// `pickle.dumps` writes them at every protocol). Each is named
 /// (what picklescan calls dangerous in it too) and none is offered as safetensors.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn the_scanners_own_samples_are_all_named_and_none_is_offered_as_safetensors() {
     // picklescan as a second oracle: every global it calls dangerous is named too (but its
     // `unknown.unknown`, for a name it cannot tell, which the refusal names its own way).
