@@ -55,6 +55,7 @@ fn source_bytes(path: &Path, offset: u64, len: u64) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn tensor_files_are_the_stored_bytes_with_gguf_py_types_and_shapes() {
     let tmp = TempDir::new("gguf-files");
     let (src, header) = fixture(&tmp, "1");
@@ -136,6 +137,7 @@ fn tensor_files_are_the_stored_bytes_with_gguf_py_types_and_shapes() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn dtype_f32_is_gguf_py_dequantize_bit_for_bit() {
     let tmp = TempDir::new("gguf-f32");
     let (src, header) = fixture(&tmp, "2");
@@ -196,6 +198,7 @@ fn dtype_f32_is_gguf_py_dequantize_bit_for_bit() {
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn quantized_tensors_have_no_npy_view_without_dtype_f32_and_gguf_off_mirrors_only() {
     let tmp = TempDir::new("gguf-npy");
     let (src, _) = fixture(&tmp, "3");
@@ -215,6 +218,7 @@ fn quantized_tensors_have_no_npy_view_without_dtype_f32_and_gguf_off_mirrors_onl
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_broken_gguf_is_refused_naming_the_rule_and_the_rest_is_served() {
     let tmp = TempDir::new("gguf-broken");
     let (src, _) = fixture(&tmp, "4");
@@ -252,6 +256,7 @@ fn a_broken_gguf_is_refused_naming_the_rule_and_the_rest_is_served() {
 /// its tensor directory, with each tensor gguf-py lists (name, type, row-major shape, offset) and
 /// each metadata key gguf-py reads whose value fits, with its value.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn the_vocabulary_files_llama_cpp_ships_read_as_gguf_py_reads_them() {
     let py = python();
     require_module(&py, "gguf");
@@ -398,6 +403,7 @@ fn diff_compares_gguf_files_with_each_other_and_with_safetensors() {
 /// A GGUF file added to a mounted directory, then replaced by another (renamed over it), then
 /// rewritten in place: its tensor directory appears, then serves the new file's bytes.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn gguf_files_added_replaced_and_rewritten_are_followed() {
     let tmp = TempDir::new("gguf-refresh");
     let (made, header) = fixture(&tmp, "7");
@@ -463,6 +469,7 @@ fn loaded_as_gguf_py_reads(file: &Path, ggufs: &[PathBuf]) -> serde_json::Value 
 const PLAIN: [&str; 3] = ["F32", "F16", "BF16"];
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_virtual_safetensors_file_holds_the_model_with_quantized_tensors_as_their_f32_values() {
     let tmp = TempDir::new("gguf-safetensors");
     let (src, header) = fixture(&tmp, "5");
@@ -518,6 +525,7 @@ fn a_virtual_safetensors_file_holds_the_model_with_quantized_tensors_as_their_f3
 }
 
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn split_models_are_merged_with_an_index_of_conversions_and_incomplete_ones_served_by_shard() {
     let tmp = TempDir::new("gguf-split");
     let py = python();
@@ -659,6 +667,7 @@ fn list_json_prints_every_metadata_key_with_long_arrays_as_their_type_and_length
 /// huggingface_hub lays out LFS files): `verify` checks it against its blob name, then names it
 /// once a byte of it is flipped; the mount serves its tensors through the link.
 #[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn verify_checks_a_gguf_in_a_hugging_face_cache_against_its_blob_name() {
     let tmp = TempDir::new("gguf-verify");
     let (src, header) = fixture(&tmp, "7");
