@@ -15,7 +15,7 @@ use super::options::Policy;
 use super::record::{Generated, Record};
 use super::scan::Scan;
 use super::tensor_dirs::file_tensors;
-use crate::format::Format;
+use crate::format::{Format, NotOffered};
 use crate::source::{Registry, Source, Version, Warning};
 
 /// The format SOURCE is read as: the one its name says, else safetensors.
@@ -24,13 +24,24 @@ pub fn format_of(source: &Source) -> Format {
     Format::for_source(std::os::unix::ffi::OsStrExt::as_bytes(name))
 }
 
-/// The root of a single-file mount and its entries.
+/// The root of a single-file mount and its entries. What a directory's mirrored file says of
+/// itself, the root says of the file: its reader's notes are warned once, and a trap (a
+/// checkpoint whose pickle calls an unsafe global) is named in the format's error attribute.
 pub fn file_root(
     policy: Policy<'_>,
     source: &Arc<Source>,
     budget: &mut usize,
 ) -> Result<(DirNode, Vec<Draft>), BuildError> {
-    let (attr, xattrs, children) = file_tensors(policy, source, format_of(source), budget)?;
+    let format = format_of(source);
+    let (attr, mut xattrs, children) = file_tensors(policy, source, format, budget)?;
+    if let Ok(d) = source.describe(format) {
+        if !d.notes.is_empty() && source.first_warning(Warning::Notes) {
+            d.notes.iter().for_each(|note| warn!("{note}"));
+        }
+        if let Some(Err(why @ NotOffered::Trap(_))) = &d.conversion {
+            Arc::make_mut(&mut xattrs).insert(format.error_xattr().to_string(), why.to_string());
+        }
+    }
     Ok((root_node(attr, xattrs, Origin::Generated), children))
 }
 

@@ -12,6 +12,8 @@
 
 use crate::common::*;
 
+use std::path::Path;
+
 use serde_json::Value;
 
 use super::pickle::{error_of, names_global, touch_everything, virtual_name};
@@ -20,8 +22,15 @@ use super::pickle::{error_of, names_global, touch_everything, virtual_name};
 /// them, and checks each: a trap (`named` a global) is not offered as safetensors, its
 /// `user.tensormount.error` and one warning line name its file and the global; a clean
 /// checkpoint (`named` null) is converted with no error; `also(file, want, error)` checks more of
-/// each trap. Returns what the script printed.
-fn traps_are_named(script: &str, count: usize, also: impl Fn(&str, &Value, &str)) -> Value {
+/// each trap. Then, where `single` says so, each as a single-file SOURCE (see
+/// [`single_file_is_named`]: a mount each, so not for the larger corpus). Returns what the script
+/// printed.
+fn traps_are_named(
+    script: &str,
+    count: usize,
+    single: bool,
+    also: impl Fn(&str, &Value, &str),
+) -> Value {
     require_fuse();
     let py = python();
     let marker_dir = TempDir::new("pickle-trap-marker");
@@ -59,9 +68,56 @@ fn traps_are_named(script: &str, count: usize, also: impl Fn(&str, &Value, &str)
             }
         }
     }
-    assert!(!marker.exists(), "a trap ran");
     m.unmount().unwrap();
+    for (file, want) in wrote.as_object().unwrap().iter().filter(|_| single) {
+        single_file_is_named(&fx.join(file), want["named"].as_str());
+    }
+    assert!(!marker.exists(), "a trap ran");
     wrote
+}
+
+/// `file` as SOURCE itself, where its tensors are the root: a trap (`named` a global) is named
+/// by `--list` on stderr (with its tensors listed, or refused), and where it is mounted, by the
+/// root's `user.tensormount.error` and a warning line of the mount; a clean checkpoint is listed
+/// with no such warning.
+fn single_file_is_named(file: &Path, named: Option<&str>) {
+    let list = run(&["--list", s(file)]);
+    let err = stderr(&list);
+    let Some(global) = named else {
+        assert!(list.status.success(), "{}: {err}", file.display());
+        assert!(
+            !err.contains("nothing was run"),
+            "{}: {err}",
+            file.display()
+        );
+        return;
+    };
+    let warned = |text: &str| {
+        text.lines()
+            .any(|l| l.contains(s(file)) && l.contains(global) && l.contains("nothing was run"))
+    };
+    assert!(
+        warned(&err),
+        "{}: --list does not name {global}: {err}",
+        file.display()
+    );
+    if !list.status.success() {
+        return;
+    }
+    let m = mount_ok(file, "");
+    let (error, warnings) = (error_of(&m.dir), m.stderr.clone());
+    m.unmount().unwrap();
+    let error = error.unwrap_or_else(|| panic!("{}: no user.tensormount.error", file.display()));
+    assert!(
+        error.contains(global),
+        "{}: {global} not named: {error}",
+        file.display()
+    );
+    assert!(
+        warned(&warnings),
+        "{}: no warning naming {global}: {warnings}",
+        file.display()
+    );
 }
 
 /// The evasions of deny-list scanners (globals off their lists, dotted protocol-4 names, Python 2
@@ -74,7 +130,7 @@ fn traps_are_named(script: &str, count: usize, also: impl Fn(&str, &Value, &str)
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
-    traps_are_named("traps.py", 33, |_, _, _| {});
+    traps_are_named("traps.py", 33, true, |_, _, _| {});
 }
 
 /// The scanners' own corpora: picklescan's test samples (by protocol, by opcode: INST, OBJ,
@@ -90,7 +146,7 @@ fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
 fn the_scanners_own_samples_are_all_named_and_none_is_offered_as_safetensors() {
     // picklescan as a second oracle: every global it calls dangerous is named too (but its
     // `unknown.unknown`, for a name it cannot tell, which the refusal names its own way).
-    let wrote = traps_are_named("corpus.py", 159, |file, want, error| {
+    let wrote = traps_are_named("corpus.py", 159, false, |file, want, error| {
         for g in want["picklescan"].as_array().unwrap() {
             let g = g.as_str().unwrap();
             assert!(
