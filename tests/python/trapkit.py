@@ -137,6 +137,28 @@ class Canary:
             f"{path}: torch.load {'did not fire' if malicious else 'fired'} the canary")
 
 
+    def refuses(self, path):
+        """Loads `path` with torch.load(weights_only=False) in a forked child, as `prove` does:
+        torch.load must raise, and the canary must not fire."""
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                signal.alarm(30)
+                torch.load(path, weights_only=False)
+            except Exception:
+                code = 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        fired = os.path.lexists(self.marker)
+        assert os.waitstatus_to_exitcode(status) == 3 and not fired, (
+            f"{path}: torch.load did not refuse it ({'fired' if fired else 'loaded'})")
+
+
 def command_line(doc, write):
     """The command line of a trap script, `SCRIPT write DIR MARKER`, whose `write(dir, marker)`
     writes its samples; `doc` is its help."""

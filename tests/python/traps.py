@@ -106,7 +106,8 @@ def write(out, marker):
     result["trap_fails_after.pt"] = {"named": "os.system"}
     # Containers as torch's reader (miniz) reads them: an entry name in any case, a `code/` entry
     # that does not make a TorchScript archive (only `constants.pkl` does), a big-endian archive
-    # (its pickle is unpickled all the same), two pickles of one name.
+    # (its pickle is unpickled all the same). (Two pickles of one name, and the other archives
+    # torch's reader sees otherwise than other zip readers, are ziptraps.py's.)
     def rewrite(name, change, compression=zipfile.ZIP_STORED):
         path = os.path.join(out, name)
         torch.save(sd, path)
@@ -145,28 +146,6 @@ def write(out, marker):
         f.write(data)
     c.prove(path, True)
     result[name] = {"named": "os.system"}
-
-    # Two data.pkl entries, a clean one first (torch 2's reader took the second here): refused
-    # as a duplicated archive, and named.
-    clean_pkl = []
-
-    def duplicate(es):
-        out = []
-        for n, d in es:
-            if n.endswith("/data.pkl"):
-                out.append((n, clean_pkl[0]))
-            out.append((n, d))
-        return out
-
-    path = os.path.join(out, ".clean.pt")
-    torch.save(sd, path)
-    with zipfile.ZipFile(path) as z:
-        clean_pkl.append(next(z.read(n) for n in z.namelist() if n.endswith("/data.pkl")))
-    os.remove(path)
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
-        rewrite("trap_duplicate_pickle.pt", duplicate)
 
     # Files of bare pickles, which torch.load unpickles one after another whatever the first is:
     # protocol 0 and 1 (no PROTO), and a legacy file whose magic number is not written as torch

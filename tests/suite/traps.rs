@@ -20,8 +20,9 @@ use super::pickle::{error_of, names_global, touch_everything, virtual_name};
 
 /// Writes the samples of `script` (`write DIR MARKER`), checks that it wrote `count`, mounts
 /// them, and checks each: a trap (`named` a global) is not offered as safetensors, its
-/// `user.tensormount.error` and one warning line name its file and the global; a clean
-/// checkpoint (`named` null) is converted with no error; `also(file, want, error)` checks more of
+/// `user.tensormount.error` and one warning line name its file and the global; a file `refused`
+/// for a rule (and `named` null) is not offered either, and its error and a warning line name the
+/// rule; a clean checkpoint is converted with no error; `also(file, want, error)` checks more of
 /// each trap. Then, where `single` says so, each as a single-file SOURCE (see
 /// [`single_file_is_named`]: a mount each, so not for the larger corpus). Returns what the script
 /// printed.
@@ -62,10 +63,25 @@ fn traps_are_named(
                 );
                 also(file, want, &error);
             }
-            None => {
-                assert!(virt.is_file(), "{file}: not converted: {error:?}");
-                assert_eq!(error, None, "{file}");
-            }
+            None => match want["refused"].as_str() {
+                // Refused for the rule it breaks (an archive torch itself refuses).
+                Some(rule) => {
+                    assert!(!virt.exists(), "{file}: offered as safetensors");
+                    let error = error.unwrap_or_else(|| panic!("{file}: no error"));
+                    assert!(error.contains(rule), "{file}: not {rule}: {error}");
+                    assert!(
+                        m.stderr
+                            .lines()
+                            .any(|l| l.contains(file.as_str()) && l.contains(rule)),
+                        "{file}: no warning naming {rule}: {}",
+                        m.stderr
+                    );
+                }
+                None => {
+                    assert!(virt.is_file(), "{file}: not converted: {error:?}");
+                    assert_eq!(error, None, "{file}");
+                }
+            },
         }
     }
     m.unmount().unwrap();
@@ -130,7 +146,7 @@ fn single_file_is_named(file: &Path, named: Option<&str>) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
-    traps_are_named("traps.py", 33, true, |_, _, _| {});
+    traps_are_named("traps.py", 32, true, |_, _, _| {});
 }
 
 /// The scanners' own corpora: picklescan's test samples (by protocol, by opcode: INST, OBJ,
@@ -164,4 +180,25 @@ fn the_scanners_own_samples_are_all_named_and_none_is_offered_as_safetensors() {
         "picklescan calls {flagged} of the {} samples dangerous; each is named here",
         samples.len()
     );
+}
+
+/// Archives that torch's reader (miniz) and other zip readers see differently (the pickle
+/// scanners' 2025 CVEs): two records of one name (the malicious one first, and last), a Unicode
+/// Path extra field renaming the malicious `data.pkl`, an end record that counts one record fewer
+/// (hiding a clean duplicate from torch) or one more, a broken second end record after a whole
+/// archive, a second directory whose `data.pkl` is malicious, a local header that names its
+/// record otherwise, a top folder taken from the first record; and a pickle that rewrites a
+/// module's attributes (picklescan's `sys_module_override`) and reaches `builtins.eval`. Each is
+/// proven by torch: `torch.load` runs it (each is named as a trap, and the rule it also breaks),
+/// or refuses the archive (each is refused with the rule). The clean archive is converted.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn archives_read_as_torch_reads_them_name_every_trap_whichever_record_torch_takes() {
+    let wrote = traps_are_named("ziptraps.py", 11, false, |file, want, error| {
+        if let Some(rule) = want["refused"].as_str() {
+            assert!(error.contains(rule), "{file}: not {rule}: {error}");
+        }
+    });
+    let runs = wrote.as_object().unwrap().values();
+    assert_eq!(runs.filter(|w| w["torch"] == "runs").count(), 7);
 }

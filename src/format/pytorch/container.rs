@@ -93,11 +93,6 @@ pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatErr
     checkpoint(path, e.rule, format!("{part}: {e}"), e.cut_short())
 }
 
-/// Runs the pickle at the start of `bytes` (`part` names it, for messages).
-pub(super) fn load(path: &Path, part: &str, bytes: &[u8]) -> Result<Pickle, FormatError> {
-    pickle::load(bytes).map_err(|e| pickle_error(path, part, e))
-}
-
 /// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.
 pub(super) fn load_at(
     file: &File,

@@ -138,7 +138,12 @@ pub(super) fn unsafe_globals(values: &[Value], out: &mut Vec<String>) {
     let mut seen: HashSet<String> = out.iter().cloned().collect();
     for value in values {
         let spelled = match value {
-            Value::Global { module, name } => {
+            Value::Global {
+                module,
+                name,
+                after_write: Some(why),
+            } => format!("{module}.{name} ({why})"),
+            Value::Global { module, name, .. } => {
                 let (m, n) = resolved(module, name);
                 if allowed(&m, &n) {
                     continue;
@@ -233,6 +238,76 @@ mod tests {
                 "{module}.{name}"
             );
         }
+    }
+
+    /// picklescan's `sys_module_override` sample, opcode for opcode: `BUILD` on the module
+    /// `torch._utils` binds `_rebuild_tensor` (an allowed name) to `'builtins'`, then to `'eval'`;
+    /// the two reads of it are the operands of a `STACK_GLOBAL`, which Python resolves to
+    /// `builtins.eval`, then called.
+    #[test]
+    fn globals_read_after_a_module_is_written_are_named_with_what_they_were_rebound_to() {
+        let names = named(
+            b"\x80\x04Vtorch._utils\n\x94V_rebuild_tensor\n\x94\x93\x940Vtorch\nV_utils\n\x93\x940\
+              h\x03}h\x01Vbuiltins\nsb0h\x00h\x01\x93h\x03}h\x01Veval\nsb0h\x00h\x01\x93\x93\
+              Vexec(1)\n\x85R.",
+        );
+        assert_eq!(
+            names,
+            [
+                "torch._utils",
+                "torch._utils (written into by BUILD)",
+                "torch._utils._rebuild_tensor (rebound by the pickle to \"builtins\")",
+                "torch._utils._rebuild_tensor (rebound by the pickle to \"eval\")",
+                "builtins.eval (read after the pickle wrote into torch._utils (by BUILD))",
+            ]
+        );
+    }
+
+    /// Writes into `sys.modules`, a module's `__dict__`, or an allowed class, by `SETITEM`, a
+    /// call of `setattr` or `BUILD`: the object is named, and so is every global read after,
+    /// allowed or not.
+    #[test]
+    fn writes_into_modules_make_every_later_global_unsafe() {
+        // sys.modules['torch._utils'] = builtins.eval's module... then an allowed global of it.
+        let names = named(
+            b"csys\nmodules\nVtorch._utils\ncbuiltins\nint\nsctorch._utils\n_rebuild_tensor_v2\n.",
+        );
+        assert!(
+            names.contains(&"sys.modules (written into by SETITEM)".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(
+                &"torch._utils._rebuild_tensor_v2 (read from `torch._utils`, which the pickle \
+                  replaced with `builtins.int`)"
+                    .to_string()
+            ),
+            "{names:?}"
+        );
+        // A module's __dict__, by SETITEM.
+        let names = named(b"ctorch._utils\n__dict__\nV_rebuild_tensor_v2\nccollections\nOrderedDict\nsctorch._utils\n_rebuild_tensor_v2\n.");
+        assert!(
+            names.contains(
+                &"torch._utils._rebuild_tensor_v2 (rebound by the pickle to `collections.OrderedDict`)"
+                    .to_string()
+            ),
+            "{names:?}"
+        );
+        // setattr on an allowed class, then an allowed global.
+        let names = named(b"cbuiltins\nsetattr\n(cargparse\nNamespace\nV__init__\nccollections\nOrderedDict\ntRccollections\nOrderedDict\n.");
+        assert!(
+            names.contains(&"argparse.Namespace (written into by a call of `setattr`)".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"collections.OrderedDict (read after the pickle wrote into argparse.Namespace (by a call of `setattr`))".to_string()),
+            "{names:?}"
+        );
+        // BUILD of attributes into an allowed class alone is named.
+        assert_eq!(
+            named(b"cargparse\nNamespace\n(N}V__init__\nNstb."),
+            ["argparse.Namespace (written into by BUILD)"]
+        );
     }
 
     #[test]

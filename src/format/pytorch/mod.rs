@@ -8,7 +8,8 @@
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
 //! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way);
 //! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container, each giving
-//!   a [`container::Container`].
+//!   a [`container::Container`]; [`zip_directory`]: a zip archive's records, as torch's reader
+//!   finds them.
 //!
 //! This module tells the containers apart by the file's first bytes and places each tensor in its
 //! storage: tensor offsets are absolute file offsets (`data_start` is 0).
@@ -22,6 +23,7 @@ mod text;
 mod torch;
 mod value;
 mod zip;
+mod zip_directory;
 
 use std::collections::HashMap;
 use std::fs::File;

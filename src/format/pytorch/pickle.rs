@@ -37,6 +37,8 @@ pub(super) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
         marks: Vec::new(),
         memo: HashMap::new(),
         max_values: input.len().saturating_add(16).min(MAX_VALUES),
+        wrote: None,
+        rebound: HashMap::new(),
     };
     m.run().map_err(|mut e| {
         // What it named before it failed is what Python would have imported.
@@ -57,6 +59,12 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u64, Id>,
     max_values: usize,
+    /// The first write into a module or another global's object (`torch._utils`, by `BUILD`),
+    /// after which every global read is unsafe whatever its name.
+    wrote: Option<String>,
+    /// The values the pickle bound to dotted names by those writes (`torch._utils._rebuild_tensor`
+    /// by a `BUILD` of `torch._utils`, `torch._utils` by a `SETITEM` of `sys.modules`).
+    rebound: HashMap<String, Id>,
 }
 
 impl<'a> Machine<'a> {
@@ -192,18 +200,174 @@ impl<'a> Machine<'a> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
+    /// The value a global read pushes: the global, as a name; after the pickle wrote into a
+    /// module or another global's object, marked as read after that write, and where the write
+    /// bound the name (or a module it is in) to a value, that value (the read is kept in the
+    /// arena, marked with what it was rebound to).
     fn global(&mut self, module: String, name: String) -> Result<Id, PickleError> {
+        let Some(wrote) = &self.wrote else {
+            return self.make(Value::Global {
+                module: module.into(),
+                name: name.into(),
+                after_write: None,
+            });
+        };
+        let full = format!("{module}.{name}");
+        let rebound = self.rebound.get(&full).copied();
+        let replaced = full
+            .match_indices('.')
+            .find_map(|(i, _)| self.rebound.get(&full[..i]).map(|&to| (&full[..i], to)));
+        let why = match (rebound, replaced) {
+            (Some(to), _) => format!("rebound by the pickle to {}", self.shown(to)),
+            (None, Some((m, to))) => format!(
+                "read from `{m}`, which the pickle replaced with {}",
+                self.shown(to)
+            ),
+            (None, None) => format!("read after the pickle wrote into {wrote}"),
+        };
+        let read = self.make(Value::Global {
+            module: module.into(),
+            name: name.into(),
+            after_write: Some(why.into()),
+        })?;
+        Ok(rebound.unwrap_or(read))
+    }
+
+    /// A value in a few words, for the names of rebound globals.
+    fn shown(&self, id: Id) -> String {
+        const LONGEST: usize = 60;
+        match self.values.get(id as usize) {
+            Some(Value::Str(s)) if s.chars().count() > LONGEST => {
+                format!("{:?}...", s.chars().take(LONGEST).collect::<String>())
+            }
+            Some(Value::Str(s)) => format!("{s:?}"),
+            Some(Value::Global { module, name, .. }) => format!("`{module}.{name}`"),
+            Some(Value::Call { callable, .. }) => match self.values.get(*callable as usize) {
+                Some(Value::Global { module, name, .. }) => {
+                    format!("what `{module}.{name}` returns")
+                }
+                _ => "what a call returns".into(),
+            },
+            Some(Value::Int(i)) => i.to_string(),
+            _ => "a value it builds".into(),
+        }
+    }
+
+    /// `how` (`BUILD`, `SETITEM`, a call of `setattr`) writes the pairs `pairs` gives into
+    /// `target`: if `target` is a module or another global's object (`sys.modules`, a module's
+    /// `__dict__`, or what `vars` or `getattr` returns), every global read after is unsafe, and
+    /// the names the pairs bind are rebound (`attributes`: the pairs are attribute names, not
+    /// items). The object written into is named too.
+    fn write(
+        &mut self,
+        target: Id,
+        how: &str,
+        pairs: impl FnOnce(&Self) -> Vec<(Id, Id)>,
+        attributes: bool,
+    ) -> Result<(), PickleError> {
+        let (object, prefix) = match self.values.get(target as usize) {
+            Some(Value::Global { module, name, .. }) => match (&**module, &**name) {
+                ("sys", "modules") if !attributes => {
+                    ("sys.modules".to_string(), Some(String::new()))
+                }
+                (module, "__dict__") if !attributes => {
+                    (format!("{module}.__dict__"), Some(format!("{module}.")))
+                }
+                (module, name) => {
+                    let object = format!("{module}.{name}");
+                    let prefix = attributes.then(|| format!("{object}."));
+                    (object, prefix)
+                }
+            },
+            Some(Value::Call { callable, .. }) => match self.values.get(*callable as usize) {
+                Some(Value::Global { module, name, .. })
+                    if matches!(
+                        (&**module, &**name),
+                        ("builtins" | "__builtin__", "vars" | "getattr" | "globals")
+                    ) =>
+                {
+                    (format!("what `{module}.{name}` returns"), None)
+                }
+                _ => return Ok(()),
+            },
+            _ => return Ok(()),
+        };
+        self.wrote.get_or_insert(format!("{object} (by {how})"));
+        if let Some(prefix) = prefix {
+            for (key, value) in pairs(self) {
+                if let Some(Value::Str(key)) = self.values.get(key as usize) {
+                    let name = format!("{prefix}{key}");
+                    self.rebound.insert(name, value);
+                }
+            }
+        }
+        let (module, name) = object.rsplit_once('.').unwrap_or(("", &object));
         self.make(Value::Global {
             module: module.into(),
             name: name.into(),
-        })
+            after_write: Some(format!("written into by {how}").into()),
+        })?;
+        Ok(())
+    }
+
+    /// The pairs of a `BUILD`'s state: a dict, or a `(dict, slots dict)` tuple.
+    fn state_pairs(&self, state: Id) -> Vec<(Id, Id)> {
+        let dict = |id: Id| match self.values.get(id as usize) {
+            Some(Value::Dict(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        match self.values.get(state as usize) {
+            Some(Value::Seq(SeqKind::Tuple, items)) if items.len() == 2 => {
+                [dict(items[0]), dict(items[1])].concat()
+            }
+            _ => dict(state),
+        }
+    }
+
+    /// A call that writes into its first argument, as `setattr`, `operator.setitem` or
+    /// `dict.update` do (by the last part of the callable's name): a write (see [`Self::write`]).
+    fn call_writes(&mut self, callable: Id, args: Id) -> Result<(), PickleError> {
+        let Some(Value::Global { name, .. }) = self.values.get(callable as usize) else {
+            return Ok(());
+        };
+        let setter = name.rsplit('.').next().unwrap_or_default().to_string();
+        let Some(Value::Seq(_, items)) = self.values.get(args as usize) else {
+            return Ok(());
+        };
+        let items = items.clone();
+        let Some((&target, rest)) = items.split_first() else {
+            return Ok(());
+        };
+        let pair = match rest {
+            [key, value, ..] => vec![(*key, *value)],
+            _ => Vec::new(),
+        };
+        let how = format!("a call of `{setter}`");
+        match &*setter {
+            "setattr" | "__setattr__" => self.write(target, &how, |_| pair, true),
+            "setitem" | "__setitem__" | "setdefault" => self.write(target, &how, |_| pair, false),
+            "update" => {
+                let dict = rest.first().copied();
+                self.write(
+                    target,
+                    &how,
+                    |m| dict.map_or_else(Vec::new, |d| m.state_pairs(d)),
+                    false,
+                )
+            }
+            "delattr" | "__delattr__" | "delitem" | "__delitem__" | "pop" | "clear" => {
+                self.write(target, &how, |_| Vec::new(), false)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `callable(*args)`, as data. `collections.OrderedDict()` is a dict outright: its items and
     /// attributes come by `SETITEMS` and `BUILD`.
     fn call(&mut self, callable: Id, args: Id) -> Result<Id, PickleError> {
+        self.call_writes(callable, args)?;
         let ordered_dict = matches!(self.values.get(callable as usize),
-            Some(Value::Global { module, name }) if &**module == "collections" && &**name == "OrderedDict");
+            Some(Value::Global { module, name, .. }) if &**module == "collections" && &**name == "OrderedDict");
         let no_args = matches!(self.values.get(args as usize), Some(Value::Seq(_, items)) if items.is_empty());
         if ordered_dict && no_args {
             self.make(Value::Dict(Vec::new()))
@@ -403,12 +567,14 @@ impl<'a> Machine<'a> {
                 let value = self.pop()?;
                 let key = self.pop()?;
                 let target = self.top()?;
+                self.write(target, "SETITEM", |_| vec![(key, value)], false)?;
                 self.set_items(target, vec![(key, value)]);
             }
             b'u' => {
                 let items = self.pop_mark()?;
                 let pairs = self.pairs(items)?;
                 let target = self.top()?;
+                self.write(target, "SETITEMS", |_| pairs.clone(), false)?;
                 self.set_items(target, pairs);
             }
             // The memo.
@@ -508,6 +674,7 @@ impl<'a> Machine<'a> {
             b'b' => {
                 let state = self.pop()?;
                 let target = self.top()?;
+                self.write(target, "BUILD", |m| m.state_pairs(state), true)?;
                 // A dict's state (an OrderedDict's attributes) holds nothing of its items.
                 if !matches!(self.values.get(target as usize), Some(Value::Dict(_))) {
                     self.added(target).states.push(state);

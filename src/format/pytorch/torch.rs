@@ -608,7 +608,7 @@ fn naturals_or_key(p: &Pickle, id: Id) -> Option<(u64, u64)> {
 /// A value in a few words, for notes.
 fn describe(p: &Pickle, value: &Value) -> String {
     match value {
-        Value::Global { module, name } => format!("the global `{module}.{name}`"),
+        Value::Global { module, name, .. } => format!("the global `{module}.{name}`"),
         Value::Call { callable, .. } => match p.global(*callable) {
             Some((module, name)) => format!("a call of `{module}.{name}`"),
             None => "a call".into(),

@@ -34,6 +34,10 @@ pub(super) enum Value {
     Global {
         module: Box<str>,
         name: Box<str>,
+        /// Why this read of the global is unsafe whatever its name: it was read after the pickle
+        /// wrote into a module or another global's object (see [`pickle`](super::pickle)), or it
+        /// is the object written into.
+        after_write: Option<Box<str>>,
     },
     /// A global whose module or name is not a string the pickle holds (`STACK_GLOBAL` of values
     /// it computes): which one Python would import is not known here.
@@ -83,7 +87,7 @@ impl Pickle {
     /// The `(module, name)` of a global.
     pub(super) fn global(&self, id: Id) -> Option<(&str, &str)> {
         match self.get(id) {
-            Value::Global { module, name } => Some((module, name)),
+            Value::Global { module, name, .. } => Some((module, name)),
             _ => None,
         }
     }

@@ -1,145 +1,97 @@
-//! The zip container of `torch.save` (PyTorch 1.6 and later): entries under one top folder whose
-//! name varies (`archive/`, the file's stem, ...): `data.pkl` (the pickle), `data/<key>` (each
-//! storage's bytes, stored uncompressed), `byteorder` and `version`.
+//! The zip container of `torch.save` (PyTorch 1.6 and later), read as torch's reader reads it:
+//! its records are the directory's ([`zip_directory`](super::zip_directory): raw names, the last
+//! end record, every record accounted for), its top folder is the first record's, and `data.pkl`,
+//! `byteorder`, `constants.pkl` and `data/<key>` (each storage's bytes, stored uncompressed) are
+//! found in that folder by name in any case, as miniz finds them.
 //!
-//! The central directory is read by the `zip` crate (ZIP64 included), through `pread` on the file
-//! (never a mapping); each entry's data starts where its local header says. Entries must lie in
-//! the file without overlapping, so that no storage's bytes are another's.
+//! Every pickle of the archive is scanned before anything is refused, so that an archive refused
+//! for how it is laid out is still named as a trap whichever record torch would take. Records
+//! must lie in the file without overlapping, so that no storage's bytes are another's.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use ::zip::result::ZipError;
-use ::zip::{CompressionMethod, ZipArchive};
+use flate2::read::DeflateDecoder;
 
-use super::container::{Container, MAX_PICKLE, Span, UNSAFE, checkpoint, load, refused_trap};
+use super::container::{Container, MAX_PICKLE, Span, checkpoint, pickle_error, refused_trap};
 use super::danger;
 use super::pickle;
+use super::zip_directory::{self, At, Record};
 use crate::format::error::FormatError;
 
 /// Longest `byteorder` entry read (`little` or `big`).
 const MAX_BYTEORDER: u64 = 16;
 
-/// The file as `Read + Seek` for the zip crate, by `pread` at its own position.
-struct At<'f> {
-    file: &'f File,
-    len: u64,
-    pos: u64,
-}
-
-impl Read for At<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos = self.pos.saturating_add(n as u64);
-        Ok(n)
-    }
-}
-
-impl Seek for At<'_> {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        let pos = match to {
-            SeekFrom::Start(n) => Some(n),
-            SeekFrom::End(d) => self.len.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        self.pos =
-            pos.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before 0"))?;
-        Ok(self.pos)
-    }
-}
-
-/// One entry of the archive: its name and where its (stored) data lies.
-struct Entry {
-    name: String,
-    /// From its local header to the end of its data.
-    whole: (u64, u64),
-    data: Span,
-    stored: bool,
-    /// Compressed with deflate, which torch's reader inflates: its pickle is scanned inflated.
-    deflated: bool,
-    /// Its place in the archive's directory.
-    index: usize,
-}
-
 /// Most bytes of deflated pickles inflated to be scanned, all of an archive's together (a pickle
 /// cut there still names what it named before the cut).
 const MAX_INFLATED: u64 = 64 << 20;
 
+/// Compression methods: stored, deflated.
+const STORED: u16 = 0;
+const DEFLATED: u16 = 8;
+/// Flags that make torch's reader refuse to read a record: encrypted, strong encryption, patch.
+const UNREADABLE: u16 = 1 | 1 << 6 | 1 << 5;
+
 /// Reads the archive's directory, its pickle and its storages' places.
 pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
-    let entries = entries(file, len, path)?;
-    // torch's reader (miniz) finds an entry by its name in any case; of two entries of one name it
-    // may take either (which one depends on its sort), so such an archive is refused below.
-    let mut by_name: HashMap<String, &Entry> = HashMap::new();
-    let mut duplicate = None;
-    for e in &entries {
-        if by_name.insert(e.name.to_ascii_lowercase(), e).is_some() {
-            duplicate.get_or_insert(e.name.as_str());
-        }
-    }
-    // torch names the top folder after the file it wrote; whatever it is, `data.pkl` is in it.
-    let Some(pkl) = entries.iter().find(|e| {
-        e.name
-            .to_ascii_lowercase()
-            .strip_suffix("/data.pkl")
-            .is_some_and(|top| !top.contains('/'))
+    let dir = zip_directory::read(file, len, path)?;
+    let records = &dir.records;
+    // torch takes the top folder from the first record (it refuses an archive whose first record
+    // is in none), and looks every name up in it in any case.
+    let Some(top) = records.first().and_then(|r| {
+        r.name
+            .iter()
+            .position(|&b| b == b'/')
+            .map(|i| &r.name[..=i])
     }) else {
         return Err(FormatError::Foreign(path.to_path_buf()));
     };
-    let top = pkl.name[..pkl.name.len() - "data.pkl".len()].to_ascii_lowercase();
+    let named = |rest: &'static str| named(records, top, rest);
+    let Some(pkl) = named("data.pkl").next() else {
+        return Err(FormatError::Foreign(path.to_path_buf()));
+    };
     // The main pickle, then every other pickle of the archive, scanned before any refusal: what
     // each names is as unsafe, and a refused file that is a trap is refused as one.
-    let bytes = read_entry(file, pkl, MAX_PICKLE.min(len), path);
-    let main = match bytes.and_then(|b| load(path, &pkl.name, &b)) {
-        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return Err(e),
-        main => main,
-    };
     let mut unsafe_globals = Vec::new();
+    let main = read_record(file, pkl, MAX_PICKLE, path).and_then(|b| {
+        pickle::load(&b).map_err(|e| {
+            danger::merge(&mut unsafe_globals, e.unsafe_globals.clone());
+            pickle_error(path, &pkl.shown(), e)
+        })
+    });
     if let Ok(p) = &main {
         danger::unsafe_globals(&p.values, &mut unsafe_globals);
     }
     let mut inflated = 0;
-    for e in &entries {
-        let scanned = std::ptr::eq(e, pkl) && main.is_ok();
-        if e.name.to_ascii_lowercase().ends_with(".pkl") && !scanned {
-            let bytes = match (e.stored, e.deflated) {
-                (true, _) if e.data.len <= MAX_PICKLE => read_entry(file, e, MAX_PICKLE, path)?,
-                (false, true) => match inflate(file, len, e, MAX_INFLATED - inflated) {
-                    Some(bytes) => {
-                        inflated += bytes.len() as u64;
-                        bytes
-                    }
-                    None => continue,
-                },
-                _ => continue,
-            };
-            match pickle::load(&bytes) {
-                Ok(p) => danger::unsafe_globals(&p.values, &mut unsafe_globals),
-                Err(err) => danger::merge(&mut unsafe_globals, err.unsafe_globals),
-            }
+    for r in records {
+        let scanned = std::ptr::eq(r, pkl) && main.is_ok();
+        if scanned || !r.name.to_ascii_lowercase().ends_with(b".pkl") {
+            continue;
+        }
+        let Some(bytes) = pickle_bytes(file, len, r, MAX_INFLATED - inflated) else {
+            continue;
+        };
+        if r.method == DEFLATED {
+            inflated += bytes.len() as u64;
+        }
+        match pickle::load(&bytes) {
+            Ok(p) => danger::unsafe_globals(&p.values, &mut unsafe_globals),
+            Err(err) => danger::merge(&mut unsafe_globals, err.unsafe_globals),
         }
     }
     // A file refused for another rule whose pickles name an unsafe global is refused as a trap.
     let refuse = |e| refused_trap(path, &unsafe_globals, e);
-    if let Some(name) = duplicate {
-        return Err(refuse(checkpoint(
-            path,
-            "DuplicateEntry",
-            format!(
-                "two entries are named `{name}` (in some case): torch's reader may take either, \
-                 so what torch.load gives is not known"
-            ),
-            false,
-        )));
+    if let Some(e) = dir.fault {
+        return Err(refuse(e));
     }
-    if let Some(e) = overlap(&entries, path) {
+    if let Some(e) = layout(records, top, dir.central, path) {
         return Err(refuse(e));
     }
     // torch takes an archive for TorchScript by its `constants.pkl` alone.
-    if by_name.contains_key(&format!("{top}constants.pkl")) {
+    if named("constants.pkl").next().is_some() {
         return Err(refuse(checkpoint(
             path,
             "TorchScript",
@@ -147,8 +99,8 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
             false,
         )));
     }
-    if let Some(order) = by_name.get(&format!("{top}byteorder")) {
-        let bytes = read_entry(file, order, MAX_BYTEORDER, path).map_err(refuse)?;
+    if let Some(order) = named("byteorder").next() {
+        let bytes = read_record(file, order, MAX_BYTEORDER, path).map_err(refuse)?;
         if bytes.trim_ascii() == b"big" {
             return Err(refuse(checkpoint(
                 path,
@@ -160,15 +112,18 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     }
     let main = main.map_err(refuse)?;
 
-    let data = format!("{top}data/");
     let mut storages = HashMap::new();
-    for e in &entries {
-        if e.name.to_ascii_lowercase().starts_with(&data) {
-            if !e.stored {
-                return Err(refuse(compressed(path, &e.name)));
-            }
-            let key = &e.name[data.len()..];
-            storages.entry(key.to_string()).or_insert(e.data);
+    for r in records {
+        let Some(key) = in_folder(&r.name, top).and_then(|n| strip_prefix_ignore_case(n, b"data/"))
+        else {
+            continue;
+        };
+        let (Some(start), STORED) = (r.data, r.method) else {
+            return Err(refuse(compressed(path, r)));
+        };
+        // A name that is not UTF-8 is no key a pickle can name.
+        if let Ok(key) = std::str::from_utf8(key) {
+            storages.insert(key.to_string(), Span { start, len: r.size });
         }
     }
     Ok(Container {
@@ -179,109 +134,146 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     })
 }
 
-fn compressed(path: &Path, name: &str) -> FormatError {
-    checkpoint(
-        path,
-        "CompressedEntry",
-        format!("entry `{name}` is compressed: torch.save stores its entries uncompressed"),
-        false,
-    )
+/// The records named `rest` in the top folder `top`, in any case (as miniz looks a name up).
+fn named<'r>(
+    records: &'r [Record],
+    top: &'r [u8],
+    rest: &'static str,
+) -> impl Iterator<Item = &'r Record> {
+    records.iter().filter(move |r| {
+        in_folder(&r.name, top).is_some_and(|n| n.eq_ignore_ascii_case(rest.as_bytes()))
+    })
 }
 
-/// The inflated data of a deflated entry, at most `max` bytes of it; `None` if it cannot be
-/// inflated.
-fn inflate(file: &File, len: u64, e: &Entry, max: u64) -> Option<Vec<u8>> {
-    let mut archive = ZipArchive::new(At { file, len, pos: 0 }).ok()?;
-    let entry = archive.by_index(e.index).ok()?;
-    let mut out = Vec::new();
-    // What it inflates to before an error (or the cut) is still scanned.
-    let _ = entry.take(max).read_to_end(&mut out);
-    Some(out)
+/// The rest of `name` after the top folder `top` (torch's reader compares the folder as bytes).
+fn in_folder<'n>(name: &'n [u8], top: &[u8]) -> Option<&'n [u8]> {
+    name.strip_prefix(top)
 }
 
-/// The whole (uncompressed) data of a small entry.
-fn read_entry(file: &File, e: &Entry, max: u64, path: &Path) -> Result<Vec<u8>, FormatError> {
-    if !e.stored {
-        return Err(compressed(path, &e.name));
+fn strip_prefix_ignore_case<'n>(name: &'n [u8], prefix: &[u8]) -> Option<&'n [u8]> {
+    let head = name.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &name[prefix.len()..])
+}
+
+/// Why the records are not laid out as one archive of torch's: two of one name in any case
+/// (torch's reader may take either), one outside the top folder (torch.load refuses the
+/// archive), one whose name holds a NUL byte, records that overlap each other or the directory.
+fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> Option<FormatError> {
+    let mut names = HashMap::with_capacity(records.len());
+    for r in records {
+        if names.insert(r.name.to_ascii_lowercase(), ()).is_some() {
+            return Some(checkpoint(
+                path,
+                "DuplicateEntry",
+                format!(
+                    "two records are named `{}` (in some case): torch's reader may take either, \
+                     so what torch.load gives is not known",
+                    r.shown()
+                ),
+                false,
+            ));
+        }
     }
-    if e.data.len > max {
-        return Err(checkpoint(
+    if let Some(r) = records.iter().find(|r| in_folder(&r.name, top).is_none()) {
+        return Some(checkpoint(
             path,
-            "EntryTooLarge",
+            "OutsideTopFolder",
             format!(
-                "entry `{}` is {} bytes, more than {max}",
-                e.name, e.data.len
+                "record `{}` is not in the folder `{}` of the first record, which torch.load \
+                 refuses",
+                r.shown(),
+                String::from_utf8_lossy(top).escape_debug()
             ),
             false,
         ));
     }
-    let mut buf = vec![0; e.data.len as usize];
-    file.read_exact_at(&mut buf, e.data.start)
+    if let Some(r) = records.iter().find(|r| r.name.contains(&0)) {
+        return Some(checkpoint(
+            path,
+            "BadName",
+            format!("record `{}` has a NUL byte in its name", r.shown()),
+            false,
+        ));
+    }
+    overlap(records, central, path)
+}
+
+fn compressed(path: &Path, r: &Record) -> FormatError {
+    checkpoint(
+        path,
+        "CompressedEntry",
+        format!(
+            "entry `{}` is compressed: torch.save stores its entries uncompressed",
+            r.shown()
+        ),
+        false,
+    )
+}
+
+/// The bytes of a pickle record as torch's reader would give them (a deflated one inflated, at
+/// most `max` bytes of it); `None` if torch's reader cannot read it either.
+fn pickle_bytes(file: &File, len: u64, r: &Record, max: u64) -> Option<Vec<u8>> {
+    let start = r.data?;
+    if r.flags & UNREADABLE != 0 {
+        return None;
+    }
+    match r.method {
+        STORED => {
+            let n = r.size.min(len.saturating_sub(start)).min(MAX_PICKLE);
+            let mut buf = vec![0; n as usize];
+            file.read_exact_at(&mut buf, start).ok()?;
+            Some(buf)
+        }
+        DEFLATED => {
+            let n = r.compressed.min(len.saturating_sub(start));
+            let mut out = Vec::new();
+            // What it inflates to before an error (or the cut) is still scanned.
+            let _ = DeflateDecoder::new(At { file, pos: start }.take(n))
+                .take(max.min(r.size))
+                .read_to_end(&mut out);
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// The whole (stored) data of a small record.
+fn read_record(file: &File, r: &Record, max: u64, path: &Path) -> Result<Vec<u8>, FormatError> {
+    let (Some(start), STORED) = (r.data, r.method) else {
+        return Err(compressed(path, r));
+    };
+    if r.size > max {
+        return Err(checkpoint(
+            path,
+            "EntryTooLarge",
+            format!("entry `{}` is {} bytes, more than {max}", r.shown(), r.size),
+            false,
+        ));
+    }
+    let mut buf = vec![0; r.size as usize];
+    file.read_exact_at(&mut buf, start)
         .map_err(|err| FormatError::Io(path.to_path_buf(), err))?;
     Ok(buf)
 }
 
-/// Every entry of the archive, checked to lie in the file.
-fn entries(file: &File, len: u64, path: &Path) -> Result<Vec<Entry>, FormatError> {
-    let bad_zip = |e: ZipError| match e {
-        ZipError::Io(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
-            FormatError::Io(path.to_path_buf(), e)
-        }
-        // A zip whose end (the central directory) is missing is most likely one being written.
-        e => checkpoint(
-            path,
-            "BadZip",
-            format!("not a readable zip archive: {e}"),
-            true,
-        ),
-    };
-    let mut archive = ZipArchive::new(At { file, len, pos: 0 }).map_err(bad_zip)?;
-    let mut entries = Vec::with_capacity(archive.len());
-    for i in 0..archive.len() {
-        let entry = archive.by_index_raw(i).map_err(bad_zip)?;
-        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
-        let start = entry.data_start().unwrap_or(0);
-        let size = entry.compressed_size();
-        let stored = entry.compression() == CompressionMethod::Stored
-            && !entry.encrypted()
-            && size == entry.size();
-        let deflated = entry.compression() == CompressionMethod::Deflated && !entry.encrypted();
-        let end = start
-            .checked_add(size)
-            .filter(|&end| end <= len)
-            .ok_or_else(|| {
-                checkpoint(
-                    path,
-                    "EntryOutOfFile",
-                    format!("entry `{name}` ends past the end of the file ({len} bytes)"),
-                    true,
-                )
-            })?;
-        entries.push(Entry {
-            name,
-            whole: (entry.header_start(), end),
-            data: Span { start, len: size },
-            stored,
-            deflated,
-            index: i,
-        });
-    }
-    Ok(entries)
-}
-
-/// Why the entries do not each lie apart from the others, if they do not (so that no storage's
-/// bytes are another's).
-fn overlap(entries: &[Entry], path: &Path) -> Option<FormatError> {
-    let mut ranges: Vec<(u64, u64, &str)> = entries
+/// Why the records (each from its local header to the end of its data) and the directory do not
+/// each lie apart from the others, if they do not (so that no storage's bytes are another's).
+fn overlap(records: &[Record], central: (u64, u64), path: &Path) -> Option<FormatError> {
+    let mut ranges: Vec<(u64, u64, String)> = records
         .iter()
-        .map(|e| (e.whole.0, e.whole.1, e.name.as_str()))
+        .filter_map(|r| {
+            let end = r.data?.saturating_add(r.span());
+            Some((r.header, end, format!("entry `{}`", r.shown())))
+        })
         .collect();
+    ranges.push((central.0, central.1, "the central directory".to_string()));
     ranges.sort_unstable();
     ranges.windows(2).find_map(|pair| match pair {
         [(_, end, a), (start, _, b)] if start < end => Some(checkpoint(
             path,
             "OverlappingEntries",
-            format!("entries `{a}` and `{b}` overlap"),
+            format!("{a} and {b} overlap"),
             false,
         )),
         _ => None,
