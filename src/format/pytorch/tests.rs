@@ -323,6 +323,141 @@ fn duplicate_entries_are_refused() {
     assert_eq!(rule(describe_bytes(&zip)), ("DuplicateEntry".into(), false));
 }
 
+/// Every occurrence of `from` in `bytes` replaced by `to` (of the same length).
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) {
+    let at: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from)
+        .map(|(i, _)| i)
+        .collect();
+    for i in at {
+        bytes[i..i + to.len()].copy_from_slice(to);
+    }
+}
+
+/// The end record of an archive that has no comment: its last 22 bytes.
+fn end_record(zip: &mut [u8]) -> &mut [u8] {
+    let at = zip.len() - 22;
+    assert_eq!(&zip[at..at + 4], b"PK\x05\x06");
+    &mut zip[at..]
+}
+
+/// A pickle that calls `os.system`.
+const CALLS: &[u8] = b"\x80\x02cos\nsystem\n(S'true'\ntR.";
+
+/// Two records of exactly one name: both are scanned, whichever comes first, and the archive is
+/// refused for the name.
+#[test]
+fn records_of_one_name_are_all_scanned_and_refused() {
+    for (first, second) in [
+        (CALLS, b"\x80\x02}q\x00.".as_slice()),
+        (b"\x80\x02}q\x00.", CALLS),
+    ] {
+        let mut zip = zip_of(&[("m/data.pkl", first), ("m/data.pkX", second)]);
+        replace_all(&mut zip, b"m/data.pkX", b"m/data.pkl");
+        let e = describe_bytes(&zip).unwrap_err().to_string();
+        assert!(e.contains("os.system"), "{e}");
+        assert!(e.contains("[DuplicateEntry]) [UnsafePickle]"), "{e}");
+    }
+}
+
+/// The end record's count against the records walked: fewer (a record hidden from torch's
+/// reader) is refused after the scan; more is what torch's reader refuses (here, more than the
+/// directory's size can hold).
+#[test]
+fn record_counts_that_disagree_are_refused() {
+    let zip = zip_of(&[("m/data.pkl", b"\x80\x02}q\x00."), ("m/version", b"3\n")]);
+    for (count, want) in [(1u8, "RecordCount"), (3, "BadEndRecord")] {
+        let mut zip = zip.clone();
+        let end = end_record(&mut zip);
+        end[8] = count;
+        end[10] = count;
+        assert_eq!(rule(describe_bytes(&zip)), (want.into(), false), "{count}");
+    }
+    // The two counts disagreeing with each other: torch's reader refuses it.
+    let mut zip = zip.clone();
+    end_record(&mut zip)[8] = 1;
+    assert_eq!(rule(describe_bytes(&zip)), ("BadEndRecord".into(), false));
+}
+
+/// The last end record is the one read, whole or not; bytes no record accounts for are refused.
+#[test]
+fn the_last_end_record_is_read_and_nothing_is_left_unaccounted() {
+    let zip = zip_of(&[("m/data.pkl", b"\x80\x02}q\x00.")]);
+    let mut end = zip[zip.len() - 22..].to_vec();
+    // A second end record whose directory lies past the end: no falling back to the first.
+    end[16..20].copy_from_slice(&10_000u32.to_le_bytes());
+    let broken = [zip.as_slice(), &end].concat();
+    assert_eq!(
+        rule(describe_bytes(&broken)),
+        ("BadEndRecord".into(), false)
+    );
+    // The same end record twice: the first is then bytes between the directory and its end.
+    let twice = [zip.as_slice(), &zip[zip.len() - 22..]].concat();
+    assert_eq!(
+        rule(describe_bytes(&twice)),
+        ("EndRecordLayout".into(), false)
+    );
+    // A comment length that is not what follows.
+    let mut comment = zip.clone();
+    end_record(&mut comment)[20] = 3;
+    assert_eq!(
+        rule(describe_bytes(&comment)),
+        ("EndRecordLayout".into(), false)
+    );
+    // No end record at all: an archive still being written.
+    assert_eq!(
+        rule(describe_bytes(&zip[..zip.len() - 22])),
+        ("NoEndRecord".into(), true)
+    );
+}
+
+/// A local header must say what its record says: name, method, flags and sizes.
+#[test]
+fn local_headers_that_disagree_are_refused() {
+    let zip = zip_of(&[("m/data.pkl", b"\x80\x02}q\x00.")]);
+    // The local header comes first: its name, flags and size.
+    for (at, byte) in [(30 + 2, b'X'), (6, 0x10), (18, 5)] {
+        let mut zip = zip.clone();
+        zip[at] = byte;
+        assert_eq!(
+            rule(describe_bytes(&zip)),
+            ("LocalHeader".into(), false),
+            "{at}"
+        );
+    }
+    let d = describe_bytes(&zip);
+    assert!(d.is_ok(), "{d:?}");
+}
+
+/// The top folder is the first record's: `data.pkl` is looked for there, and every record must be
+/// in it.
+#[test]
+fn the_top_folder_is_the_first_records() {
+    let pkl = b"\x80\x02}q\x00.".as_slice();
+    assert!(
+        describe_bytes(&zip_of(&[("a/version", b"3\n"), ("b/data.pkl", pkl)]))
+            .unwrap_err()
+            .is_foreign()
+    );
+    assert_eq!(
+        rule(describe_bytes(&zip_of(&[
+            ("a/version", b"3\n"),
+            ("a/data.pkl", pkl),
+            ("b/data.pkl", CALLS)
+        ]))),
+        ("UnsafePickle".into(), false)
+    );
+    assert_eq!(
+        rule(describe_bytes(&zip_of(&[
+            ("a/data.pkl", pkl),
+            ("A/version", b"3\n")
+        ]))),
+        ("OutsideTopFolder".into(), false)
+    );
+}
+
 #[test]
 fn any_top_folder_and_storage_checks() {
     // One float32 tensor `w` of shape (2,) in storage "0" of 2 elements, hand-written.

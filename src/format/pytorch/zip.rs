@@ -158,7 +158,8 @@ fn strip_prefix_ignore_case<'n>(name: &'n [u8], prefix: &[u8]) -> Option<&'n [u8
 
 /// Why the records are not laid out as one archive of torch's: two of one name in any case
 /// (torch's reader may take either), one outside the top folder (torch.load refuses the
-/// archive), one whose name holds a NUL byte, records that overlap each other or the directory.
+/// archive), one torch's reader cannot read (encrypted, or compressed by a method other than
+/// deflate), one whose name holds a NUL byte, records that overlap each other or the directory.
 fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> Option<FormatError> {
     let mut names = HashMap::with_capacity(records.len());
     for r in records {
@@ -184,6 +185,22 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
                  refuses",
                 r.shown(),
                 String::from_utf8_lossy(top).escape_debug()
+            ),
+            false,
+        ));
+    }
+    if let Some(r) = records
+        .iter()
+        .find(|r| r.flags & UNREADABLE != 0 || !matches!(r.method, STORED | DEFLATED))
+    {
+        return Some(checkpoint(
+            path,
+            "UnreadableEntry",
+            format!(
+                "record `{}` is encrypted or compressed by method {}, which torch's reader \
+                 does not read",
+                r.shown(),
+                r.method
             ),
             false,
         ));
