@@ -6,7 +6,8 @@
 //!   protocol 0 strings decoded as Python decodes them;
 //! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
-//! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way);
+//! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way), and
+//!   [`rebinding`]: what a pickle writes into modules, after which every global it reads is one;
 //! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container, each giving
 //!   a [`container::Container`]; [`zip_directory`]: a zip archive's records, as torch's reader
 //!   finds them.
@@ -19,6 +20,7 @@ mod danger;
 mod dtypes;
 mod legacy;
 mod pickle;
+mod rebinding;
 mod text;
 mod torch;
 mod value;

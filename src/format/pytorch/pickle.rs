@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use super::danger::unsafe_globals;
+use super::rebinding::{self, Rebinding, Setter, state_pairs};
 use super::text::{TextInt, int_line, long_line, minimal, raw_unicode_escape, unquote};
 pub(super) use super::value::{Added, FALSE, Id, NONE, Pickle, PickleError, SeqKind, TRUE, Value};
 
@@ -37,8 +38,7 @@ pub(super) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
         marks: Vec::new(),
         memo: HashMap::new(),
         max_values: input.len().saturating_add(16).min(MAX_VALUES),
-        wrote: None,
-        rebound: HashMap::new(),
+        rebinding: Rebinding::default(),
     };
     m.run().map_err(|mut e| {
         // What it named before it failed is what Python would have imported.
@@ -59,12 +59,8 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u64, Id>,
     max_values: usize,
-    /// The first write into a module or another global's object (`torch._utils`, by `BUILD`),
-    /// after which every global read is unsafe whatever its name.
-    wrote: Option<String>,
-    /// The values the pickle bound to dotted names by those writes (`torch._utils._rebuild_tensor`
-    /// by a `BUILD` of `torch._utils`, `torch._utils` by a `SETITEM` of `sys.modules`).
-    rebound: HashMap<String, Id>,
+    /// What the pickle wrote into modules and other globals' objects.
+    rebinding: Rebinding,
 }
 
 impl<'a> Machine<'a> {
@@ -200,165 +196,55 @@ impl<'a> Machine<'a> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
-    /// The value a global read pushes: the global, as a name; after the pickle wrote into a
-    /// module or another global's object, marked as read after that write, and where the write
-    /// bound the name (or a module it is in) to a value, that value (the read is kept in the
-    /// arena, marked with what it was rebound to).
+    /// The value a global read pushes: the global, as a name, marked unsafe if it is read after
+    /// a write into a module; where that write rebound the name, the value it bound (the read is
+    /// kept in the arena, marked with what it was rebound to).
     fn global(&mut self, module: String, name: String) -> Result<Id, PickleError> {
-        let Some(wrote) = &self.wrote else {
-            return self.make(Value::Global {
-                module: module.into(),
-                name: name.into(),
-                after_write: None,
-            });
-        };
-        let full = format!("{module}.{name}");
-        let rebound = self.rebound.get(&full).copied();
-        let replaced = full
-            .match_indices('.')
-            .find_map(|(i, _)| self.rebound.get(&full[..i]).map(|&to| (&full[..i], to)));
-        let why = match (rebound, replaced) {
-            (Some(to), _) => format!("rebound by the pickle to {}", self.shown(to)),
-            (None, Some((m, to))) => format!(
-                "read from `{m}`, which the pickle replaced with {}",
-                self.shown(to)
-            ),
-            (None, None) => format!("read after the pickle wrote into {wrote}"),
+        let (after_write, rebound) = match self.rebinding.read(&self.values, &module, &name) {
+            Some((why, rebound)) => (Some(why.into()), rebound),
+            None => (None, None),
         };
         let read = self.make(Value::Global {
             module: module.into(),
             name: name.into(),
-            after_write: Some(why.into()),
+            after_write,
         })?;
         Ok(rebound.unwrap_or(read))
     }
 
-    /// A value in a few words, for the names of rebound globals.
-    fn shown(&self, id: Id) -> String {
-        const LONGEST: usize = 60;
-        match self.values.get(id as usize) {
-            Some(Value::Str(s)) if s.chars().count() > LONGEST => {
-                format!("{:?}...", s.chars().take(LONGEST).collect::<String>())
-            }
-            Some(Value::Str(s)) => format!("{s:?}"),
-            Some(Value::Global { module, name, .. }) => format!("`{module}.{name}`"),
-            Some(Value::Call { callable, .. }) => match self.values.get(*callable as usize) {
-                Some(Value::Global { module, name, .. }) => {
-                    format!("what `{module}.{name}` returns")
-                }
-                _ => "what a call returns".into(),
-            },
-            Some(Value::Int(i)) => i.to_string(),
-            _ => "a value it builds".into(),
-        }
-    }
-
-    /// `how` (`BUILD`, `SETITEM`, a call of `setattr`) writes the pairs `pairs` gives into
-    /// `target`: if `target` is a module or another global's object (`sys.modules`, a module's
-    /// `__dict__`, or what `vars` or `getattr` returns), every global read after is unsafe, and
-    /// the names the pairs bind are rebound (`attributes`: the pairs are attribute names, not
-    /// items). The object written into is named too.
+    /// `how` (`BUILD`, `SETITEM`, a call of `setattr`) writes into `target` the pairs `pairs`
+    /// gives (`attributes`: attribute names, not items): a write into a module or another
+    /// global's object is kept (see [`Rebinding`]), and the object written into named.
     fn write(
         &mut self,
         target: Id,
         how: &str,
-        pairs: impl FnOnce(&Self) -> Vec<(Id, Id)>,
+        pairs: impl FnOnce(&[Value]) -> Vec<(Id, Id)>,
         attributes: bool,
     ) -> Result<(), PickleError> {
-        let (object, prefix) = match self.values.get(target as usize) {
-            Some(Value::Global { module, name, .. }) => match (&**module, &**name) {
-                ("sys", "modules") if !attributes => {
-                    ("sys.modules".to_string(), Some(String::new()))
-                }
-                (module, "__dict__") if !attributes => {
-                    (format!("{module}.__dict__"), Some(format!("{module}.")))
-                }
-                (module, name) => {
-                    let object = format!("{module}.{name}");
-                    let prefix = attributes.then(|| format!("{object}."));
-                    (object, prefix)
-                }
-            },
-            Some(Value::Call { callable, .. }) => match self.values.get(*callable as usize) {
-                Some(Value::Global { module, name, .. })
-                    if matches!(
-                        (&**module, &**name),
-                        ("builtins" | "__builtin__", "vars" | "getattr" | "globals")
-                    ) =>
-                {
-                    (format!("what `{module}.{name}` returns"), None)
-                }
-                _ => return Ok(()),
-            },
-            _ => return Ok(()),
-        };
-        self.wrote.get_or_insert(format!("{object} (by {how})"));
-        if let Some(prefix) = prefix {
-            for (key, value) in pairs(self) {
-                if let Some(Value::Str(key)) = self.values.get(key as usize) {
-                    let name = format!("{prefix}{key}");
-                    self.rebound.insert(name, value);
-                }
-            }
+        if let Some((module, name)) =
+            self.rebinding
+                .write(&self.values, target, how, pairs, attributes)
+        {
+            self.make(Value::Global {
+                module: module.into(),
+                name: name.into(),
+                after_write: Some(format!("written into by {how}").into()),
+            })?;
         }
-        let (module, name) = object.rsplit_once('.').unwrap_or(("", &object));
-        self.make(Value::Global {
-            module: module.into(),
-            name: name.into(),
-            after_write: Some(format!("written into by {how}").into()),
-        })?;
         Ok(())
     }
 
-    /// The pairs of a `BUILD`'s state: a dict, or a `(dict, slots dict)` tuple.
-    fn state_pairs(&self, state: Id) -> Vec<(Id, Id)> {
-        let dict = |id: Id| match self.values.get(id as usize) {
-            Some(Value::Dict(items)) => items.clone(),
-            _ => Vec::new(),
-        };
-        match self.values.get(state as usize) {
-            Some(Value::Seq(SeqKind::Tuple, items)) if items.len() == 2 => {
-                [dict(items[0]), dict(items[1])].concat()
-            }
-            _ => dict(state),
-        }
-    }
-
-    /// A call that writes into its first argument, as `setattr`, `operator.setitem` or
-    /// `dict.update` do (by the last part of the callable's name): a write (see [`Self::write`]).
+    /// A call that writes into its first argument (see [`rebinding::setter`]).
     fn call_writes(&mut self, callable: Id, args: Id) -> Result<(), PickleError> {
-        let Some(Value::Global { name, .. }) = self.values.get(callable as usize) else {
-            return Ok(());
-        };
-        let setter = name.rsplit('.').next().unwrap_or_default().to_string();
-        let Some(Value::Seq(_, items)) = self.values.get(args as usize) else {
-            return Ok(());
-        };
-        let items = items.clone();
-        let Some((&target, rest)) = items.split_first() else {
-            return Ok(());
-        };
-        let pair = match rest {
-            [key, value, ..] => vec![(*key, *value)],
-            _ => Vec::new(),
-        };
-        let how = format!("a call of `{setter}`");
-        match &*setter {
-            "setattr" | "__setattr__" => self.write(target, &how, |_| pair, true),
-            "setitem" | "__setitem__" | "setdefault" => self.write(target, &how, |_| pair, false),
-            "update" => {
-                let dict = rest.first().copied();
-                self.write(
-                    target,
-                    &how,
-                    |m| dict.map_or_else(Vec::new, |d| m.state_pairs(d)),
-                    false,
-                )
-            }
-            "delattr" | "__delattr__" | "delitem" | "__delitem__" | "pop" | "clear" => {
-                self.write(target, &how, |_| Vec::new(), false)
-            }
-            _ => Ok(()),
+        match rebinding::setter(&self.values, callable, args) {
+            Some(Setter {
+                target,
+                how,
+                pairs,
+                attributes,
+            }) => self.write(target, &how, |values| pairs.pairs(values), attributes),
+            None => Ok(()),
         }
     }
 
@@ -674,7 +560,7 @@ impl<'a> Machine<'a> {
             b'b' => {
                 let state = self.pop()?;
                 let target = self.top()?;
-                self.write(target, "BUILD", |m| m.state_pairs(state), true)?;
+                self.write(target, "BUILD", |values| state_pairs(values, state), true)?;
                 // A dict's state (an OrderedDict's attributes) holds nothing of its items.
                 if !matches!(self.values.get(target as usize), Some(Value::Dict(_))) {
                     self.added(target).states.push(state);
