@@ -154,8 +154,9 @@ impl Args {
 }
 
 /// The `-o` options tensormount acts on, with what each does: the one list that `--help`, the man
-/// page and the shell completions show (a test holds the man page's MOUNT OPTIONS to it).
-pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
+/// page and the shell completions show (a test holds the man page's MOUNT OPTIONS to it): these,
+/// with each format's `NAME=on|off` after `dtype=` (see [`mount_options`]).
+const OPTIONS: &[(&str, &str)] = &[
     (
         "allow_other",
         "other users may use the mount; the kernel still checks each file's permission bits",
@@ -182,18 +183,6 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
         "every floating-point tensor narrower than the type (BF16, F16, F8_*, F4; F32 under f64) is \
          presented as its exact widening to it, and every quantized GGUF tensor as its values \
          (as gguf-py dequantizes them)",
-    ),
-    (
-        "pickle=on|off",
-        "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors \
-         file, their pickle read without running any of it (on, the default); off: plain mirrored \
-         files",
-    ),
-    (
-        "gguf=on|off",
-        "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
-         stored) and their metadata as user.gguf.*, and a virtual NAME.safetensors (quantized \
-         tensors as float32); split sets are merged (on, the default); off: plain mirrored files",
     ),
     (
         "verify",
@@ -246,15 +235,28 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Every `-o` option tensormount acts on, with what it does: [`OPTIONS`], with the option that
+/// turns each format off (its help the format's own) after `dtype=`.
+pub fn mount_options() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for &(name, what) in OPTIONS {
+        out.push((name.into(), what.into()));
+        if name.starts_with("dtype=") {
+            out.extend(Format::ALL.into_iter().filter_map(|f| {
+                let (toggle, help) = f.toggle_help()?;
+                Some((format!("{toggle}=on|off"), help.to_string()))
+            }));
+        }
+    }
+    out
+}
+
 /// The command line as `--help` shows it: [`Args`] with the mount options listed after.
 pub fn command() -> clap::Command {
-    let width = MOUNT_OPTIONS
-        .iter()
-        .map(|(n, _)| n.len())
-        .max()
-        .unwrap_or(0);
+    let options = mount_options();
+    let width = options.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let mut help = String::from("Mount options (-o):\n");
-    for (name, what) in MOUNT_OPTIONS {
+    for (name, what) in &options {
         help.push_str(&format!("  {name:width$}  {what}\n"));
     }
     help.push_str(&format!(
@@ -285,15 +287,17 @@ impl clap::builder::TypedValueParser for OptionList {
     fn possible_values(
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        Some(Box::new(MOUNT_OPTIONS.iter().flat_map(|(name, what)| {
-            completions(name)
-                .into_iter()
-                .map(move |n| clap::builder::PossibleValue::new(n).help(*what))
-        })))
+        Some(Box::new(mount_options().into_iter().flat_map(
+            |(name, what)| {
+                completions(&name)
+                    .into_iter()
+                    .map(move |n| clap::builder::PossibleValue::new(n).help(what.clone()))
+            },
+        )))
     }
 }
 
-/// What a shell completes for one entry of [`MOUNT_OPTIONS`]: `layout=flat|tree` gives
+/// What a shell completes for one entry of [`mount_options`]: `layout=flat|tree` gives
 /// `layout=flat` and `layout=tree`, `fsname=NAME` gives `fsname=`.
 fn completions(name: &str) -> Vec<String> {
     match name.split_once('=') {

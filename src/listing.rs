@@ -22,10 +22,10 @@ pub fn table(rows: &[Listed<'_>]) -> String {
                 r.tensor.shape_json(),
                 size.to_string(),
                 printable(&r.source.to_string_lossy()),
-                // A gathered tensor's bytes are not one stretch at an offset.
-                match r.tensor.strides {
-                    Some(_) => "-".into(),
-                    None => r.offset.to_string(),
+                // A gathered or computed tensor's bytes are not one stretch at an offset.
+                match r.tensor.is_stretch() {
+                    false => "-".into(),
+                    true => r.offset.to_string(),
                 },
             ];
             if widened {
@@ -156,7 +156,7 @@ pub fn json(rows: &[Listed<'_>], metadata: Vec<(String, serde_json::Value)>) -> 
                 "shape": r.tensor.shape,
                 "size": size,
                 "source": r.source.to_string_lossy(),
-                "offset": r.tensor.strides.is_none().then_some(r.offset),
+                "offset": r.tensor.is_stretch().then_some(r.offset),
             });
             if r.widen.is_some() {
                 item["stored_dtype"] = json!(r.tensor.dtype_name());

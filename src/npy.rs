@@ -78,6 +78,7 @@ mod tests {
             begin: 0,
             end: 0,
             strides: None,
+            computed: None,
         }
     }
 

@@ -291,7 +291,7 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
     let tensors = described.as_ref().map_or(&[][..], |d| &d.tensors[..]);
     let data_start = described.as_ref().map_or(0, |d| d.data_start);
     let contiguous: Vec<usize> = (0..tensors.len())
-        .filter(|&i| tensors[i].strides.is_none())
+        .filter(|&i| tensors[i].is_stretch())
         .collect();
     let spans: Vec<(u64, u64)> = contiguous
         .iter()
@@ -306,7 +306,7 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
                 .zip(digests)
                 .map(|(&i, digest)| (d.tensors[i].name.to_string(), digest))
                 .collect();
-            for t in d.tensors.iter().filter(|t| t.strides.is_some()) {
+            for t in d.tensors.iter().filter(|t| !t.is_stretch()) {
                 let mut h = Hasher::default();
                 tensor_bytes(source, t, |b| {
                     h.update(b);

@@ -142,6 +142,8 @@ fn same_bytes(a: &Item, b: &Item) -> bool {
         && a.source.data_start() == b.source.data_start()
         && (a.tensor.begin, a.tensor.end) == (b.tensor.begin, b.tensor.end)
         && a.tensor.strides == b.tensor.strides
+        && a.tensor.computed.is_none()
+        && b.tensor.computed.is_none()
         && a.tensor.shape == b.tensor.shape
 }
 

@@ -148,6 +148,7 @@ mod tests {
             begin,
             end: begin + size,
             strides: None,
+            computed: None,
         })
     }
 

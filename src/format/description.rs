@@ -99,6 +99,24 @@ pub struct Tensor {
     /// Its elements are gathered on read. Every element lies within the file (checked by the
     /// reader).
     pub strides: Option<Box<[u64]>>,
+    /// For a tensor whose file holds values to compute rather than its bytes (an ONNX model's
+    /// varints): how its bytes are computed on read. `begin` is then where its values start in
+    /// the file, and `end - begin` its size once computed.
+    pub computed: Option<Arc<dyn Computed>>,
+}
+
+/// How the bytes of a tensor are computed from what its file holds, on read (see
+/// [`Tensor::computed`]).
+pub trait Computed: Send + Sync + std::fmt::Debug {
+    /// Fills `out` with the tensor's bytes from byte `offset` of it, reading what it needs of
+    /// the file through `read(buf, at)` (`at` relative to the description's data start, as a
+    /// tensor's `begin` is).
+    fn read(
+        &self,
+        read: &mut dyn FnMut(&mut [u8], u64) -> std::io::Result<()>,
+        offset: u64,
+        out: &mut [u8],
+    ) -> std::io::Result<()>;
 }
 
 impl Tensor {
@@ -120,6 +138,12 @@ impl Tensor {
             (_, bytes) if matches!(self.dtype, Dtype::Block(_)) => bytes,
             _ => 1,
         }
+    }
+
+    /// Whether its bytes are one stretch of its file (neither gathered nor computed): what a
+    /// loader can read itself at its offset.
+    pub fn is_stretch(&self) -> bool {
+        self.strides.is_none() && self.computed.is_none()
     }
 
     /// Whether the tensor is a file only: its type has no safetensors name, so it has no NPY

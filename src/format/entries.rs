@@ -85,6 +85,7 @@ impl Entries {
                     begin: info.data_offsets.0 as u64,
                     end: info.data_offsets.1 as u64,
                     strides: None,
+                    computed: None,
                 })
             })
             .collect();

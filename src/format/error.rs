@@ -37,6 +37,8 @@ pub enum FormatError {
     },
     /// A GGUF file that breaks a rule of its format.
     Gguf(PathBuf, super::gguf::GgufError),
+    /// An ONNX model that breaks a rule of its format.
+    Onnx(PathBuf, super::onnx::OnnxError),
     /// Not a checkpoint of a kind tensormount reads (a `.bin` of something else, by its first
     /// bytes): mirrored as it is, and no error.
     Foreign(PathBuf),
@@ -184,6 +186,10 @@ impl FormatError {
                 format!("{what}{guess} [{rule}]")
             }
             FormatError::Gguf(_, e) => format!("{e} [{}]", e.rule()),
+            FormatError::Onnx(_, e) => match e.cut_short() {
+                true => format!("{e} ({CUT_SHORT}) [{}]", e.rule()),
+                false => format!("{e} [{}]", e.rule()),
+            },
             FormatError::Foreign(_) => "not a PyTorch checkpoint".into(),
         };
         // One line, whatever the names in it hold (a tensor named `a\nb`).
@@ -213,6 +219,7 @@ impl FormatError {
             FormatError::Short { .. } => Some("MetadataIncompleteBuffer".into()),
             FormatError::Checkpoint { rule, .. } => Some((*rule).into()),
             FormatError::Gguf(_, e) => Some(e.rule().into()),
+            FormatError::Onnx(_, e) => Some(e.rule().into()),
             FormatError::Foreign(_) => None,
         }
     }
@@ -224,6 +231,7 @@ impl FormatError {
             | FormatError::Short { path: p, .. }
             | FormatError::Checkpoint { path: p, .. }
             | FormatError::Gguf(p, _)
+            | FormatError::Onnx(p, _)
             | FormatError::Foreign(p) => p,
         }
     }
@@ -231,8 +239,10 @@ impl FormatError {
     /// Whether the file ends too soon for the length prefix, the header, or the data: what a file
     /// still being written looks like.
     pub fn cut_short(&self) -> bool {
-        if let FormatError::Gguf(_, e) = self {
-            return e.cut_short();
+        match self {
+            FormatError::Gguf(_, e) => return e.cut_short(),
+            FormatError::Onnx(_, e) => return e.cut_short(),
+            _ => {}
         }
         matches!(
             self,

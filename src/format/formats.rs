@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::description::Description;
 use super::error::FormatError;
-use super::{gguf, pytorch, safetensors};
+use super::{gguf, onnx, pytorch, safetensors};
 
 /// A format whose files the mount interprets. Compared by name: each is one value.
 #[derive(Clone, Copy)]
@@ -24,8 +24,9 @@ struct Spec {
     /// What names the index of a set of its files: `STEM{infix}json` or
     /// `STEM{infix}VARIANT.json`.
     index_infix: Option<&'static str>,
-    /// `-o NAME=on|off` (on by default), if it can be turned off.
-    toggle: Option<&'static str>,
+    /// `-o NAME=on|off` (on by default), if it can be turned off, and what it does (`--help`, the
+    /// man page and the completions say it).
+    toggle: Option<(&'static str, &'static str)>,
     /// Whether its numbered files (`NAME-00001-of-00003`) are a set with no index, merged into
     /// `NAME.tensors/` (split GGUF models, as `gguf-split` writes them).
     numbered: bool,
@@ -72,7 +73,12 @@ pub const PYTORCH: Format = Format(&Spec {
     suffixes: &[".bin", ".pt", ".pth", ".ckpt"],
     index_infix: Some(".bin.index."),
     numbered: false,
-    toggle: Some("pickle"),
+    toggle: Some((
+        "pickle",
+        "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors \
+         file, their pickle read without running any of it (on, the default); off: plain mirrored \
+         files",
+    )),
     native: false,
     empty_dir: false,
     converted_stem: pytorch::converted_stem,
@@ -87,7 +93,12 @@ pub const GGUF: Format = Format(&Spec {
     suffixes: &[".gguf"],
     index_infix: None,
     numbered: true,
-    toggle: Some("gguf"),
+    toggle: Some((
+        "gguf",
+        "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
+         stored) and their metadata as user.gguf.*, and a virtual NAME.safetensors (quantized \
+         tensors as float32); split sets are merged (on, the default); off: plain mirrored files",
+    )),
     native: false,
     empty_dir: true,
     converted_stem: same_stem,
@@ -96,9 +107,30 @@ pub const GGUF: Format = Format(&Spec {
     read: gguf::describe,
 });
 
+/// ONNX models.
+pub const ONNX: Format = Format(&Spec {
+    name: "onnx",
+    suffixes: &[".onnx"],
+    index_infix: None,
+    numbered: false,
+    toggle: Some((
+        "onnx",
+        "ONNX models (.onnx) get NAME.tensors/ with one raw file per tensor (initializers and \
+         Constant nodes, subgraphs and functions included) and their producer, opsets and \
+         metadata as user.onnx.*, and a virtual NAME.safetensors (on, the default); off: plain \
+         mirrored files",
+    )),
+    native: false,
+    empty_dir: true,
+    converted_stem: same_stem,
+    metadata_xattr: "user.onnx.",
+    error_xattr: "user.tensormount.error",
+    read: onnx::describe,
+});
+
 impl Format {
     /// Every format, in the order their names are tried.
-    pub const ALL: [Format; 3] = [SAFETENSORS, PYTORCH, GGUF];
+    pub const ALL: [Format; 4] = [SAFETENSORS, PYTORCH, GGUF, ONNX];
 
     /// The format a file's name says, with the stem its tensor directory is named after
     /// (`model.safetensors` gives `model`, hence `model.tensors/`).
@@ -129,6 +161,11 @@ impl Format {
 
     /// The name of its `-o NAME=on|off` option, if it can be turned off.
     pub fn toggle(self) -> Option<&'static str> {
+        self.0.toggle.map(|(name, _)| name)
+    }
+
+    /// Its toggle and what the toggle does, for the help.
+    pub fn toggle_help(self) -> Option<(&'static str, &'static str)> {
         self.0.toggle
     }
 

@@ -13,6 +13,7 @@
 //!   its one-pass reader of the header's JSON;
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
 //!   interpreted without running any of it;
+//! - [`onnx`]: the reader of ONNX models, whose protobuf is walked by `pread`, never read whole;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
 mod converted;
@@ -23,12 +24,13 @@ mod error;
 mod formats;
 pub mod gguf;
 pub mod half;
+mod onnx;
 mod pytorch;
 mod safetensors;
 pub mod widen;
 
 pub use converted::{Converted, Part};
-pub use description::{Conversion, Description, NotOffered, Split, Tensor};
+pub use description::{Computed, Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Accident, FormatError, rule_name};
-pub use formats::{Format, GGUF, IndexName, Numbered, PYTORCH, SAFETENSORS, conversion_key};
+pub use formats::{Format, GGUF, IndexName, Numbered, ONNX, PYTORCH, SAFETENSORS, conversion_key};

@@ -197,9 +197,10 @@ fn piece(
         offset,
         len: size.min(len - offset),
         widen,
-        stored: match tensor.strides {
-            Some(_) => Stored::Strided(tensor.clone()),
-            None => Stored::Contiguous,
+        stored: match (&tensor.strides, &tensor.computed) {
+            (_, Some(_)) => Stored::Computed(tensor.clone()),
+            (Some(_), None) => Stored::Strided(tensor.clone()),
+            (None, None) => Stored::Contiguous,
         },
     }
 }

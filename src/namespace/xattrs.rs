@@ -50,7 +50,7 @@ const TENSOR: &[(&str, Value)] = &[
     }),
     // Where the bytes lie in the source: only for a tensor stored as one stretch.
     ("user.safetensors.offset", |t| {
-        t.tensor.strides.is_none().then(|| {
+        t.tensor.is_stretch().then(|| {
             (t.source.data_start() + t.tensor.begin)
                 .to_string()
                 .into_bytes()
@@ -58,8 +58,7 @@ const TENSOR: &[(&str, Value)] = &[
     }),
     ("user.safetensors.source", |t| {
         t.tensor
-            .strides
-            .is_none()
+            .is_stretch()
             .then(|| t.source.path.as_os_str().as_bytes().to_vec())
     }),
     // A name longer than an attribute may be is left out (the file name is shortened then too).

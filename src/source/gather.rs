@@ -13,6 +13,9 @@ pub enum Stored {
     Contiguous,
     /// The elements of a strided tensor, gathered in C order.
     Strided(Arc<Tensor>),
+    /// The bytes of a tensor computed from its stored values (see
+    /// [`Tensor::computed`](crate::format::Tensor)), the piece's start being its `begin`.
+    Computed(Arc<Tensor>),
 }
 
 /// Calls `run(at, len)` for each stretch of the source, in presented order, that holds stored
@@ -102,6 +105,7 @@ mod tests {
             begin,
             end: begin + 2 * numel as u64,
             strides: strides.map(Into::into),
+            computed: None,
         }
     }
 

@@ -264,16 +264,24 @@ impl Read<'_> {
             let (mut gathered_from, mut to) = (head.len(), head.len());
             for p in pieces {
                 let end = to + p.len as usize;
+                let computed = matches!(p.stored, Stored::Computed(_));
                 match p.widen {
-                    None => stored_runs(p, p.offset, p.len, &mut |at, n| runs.push((at, n))),
-                    Some(w) => {
+                    None if !computed => {
+                        stored_runs(p, p.offset, p.len, &mut |at, n| runs.push((at, n)))
+                    }
+                    widen => {
                         if !runs.is_empty() {
                             if let Err(e) = self.gather(&mut buf[gathered_from..to], &runs) {
                                 return Some(Err(e));
                             }
                             runs.clear();
                         }
-                        if let Err(e) = self.widen_into(w, p, &mut buf[to..end])? {
+                        let out = &mut buf[to..end];
+                        let done = match widen {
+                            Some(w) => self.widen_into(w, p, out)?,
+                            None => self.fill(out, p, p.offset)?,
+                        };
+                        if let Err(e) = done {
                             return Some(Err(e));
                         }
                         gathered_from = end;
@@ -337,14 +345,48 @@ impl Read<'_> {
 
     /// Fills `buf` with the stored bytes of `piece` from `offset`: one stretch, or gathered.
     fn fill(&self, buf: &mut [u8], piece: &Piece, offset: u64) -> Option<Result<(), ReadError>> {
-        if let Stored::Contiguous = piece.stored {
-            return self.take(buf, piece.start + offset);
+        match &piece.stored {
+            Stored::Contiguous => return self.take(buf, piece.start + offset),
+            Stored::Computed(tensor) => return Some(self.compute(buf, piece, tensor, offset)),
+            Stored::Strided(_) => {}
         }
         let mut runs = Vec::new();
         stored_runs(piece, offset, buf.len() as u64, &mut |at, n| {
             runs.push((at, n))
         });
         Some(self.gather(buf, &runs))
+    }
+
+    /// Fills `buf` with the bytes of `tensor` (of `piece`) from `offset`, computed from what its
+    /// source stores, then checks that what was read is this version's.
+    fn compute(
+        &self,
+        buf: &mut [u8],
+        piece: &Piece,
+        tensor: &crate::format::Tensor,
+        offset: u64,
+    ) -> Result<(), ReadError> {
+        let (source, opened) = (self.source, self.opened);
+        let Some(computed) = &tensor.computed else {
+            return Err(ReadError::io(
+                &source.path,
+                "a tensor with nothing to compute",
+            ));
+        };
+        // Offsets the tensor's reader gives are relative to the description's data start.
+        let base = piece.start.saturating_sub(tensor.begin);
+        let mut high = 0;
+        let done = computed.read(
+            &mut |b: &mut [u8], at: u64| {
+                let at = base.saturating_add(at);
+                high = high.max(at.saturating_add(b.len() as u64));
+                opened.file().read_exact_at(b, at)
+            },
+            offset,
+            buf,
+        );
+        source.check(opened, 0, high)?;
+        done.map_err(|e| source.read_failed(&e))
     }
 
     /// Fills `buf` with the bytes of `runs` (each where it lies in the source, and its length),
@@ -398,6 +440,8 @@ fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u
     match &piece.stored {
         Stored::Contiguous => run(piece.start + offset, len),
         Stored::Strided(tensor) => gather::tensor_runs(tensor, piece.start, offset, len, run),
+        // Computed on its own (see `Read::compute`), never gathered.
+        Stored::Computed(_) => {}
     }
 }
 

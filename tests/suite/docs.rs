@@ -1,5 +1,5 @@
 //! The man page and the shell completions are generated from the command line's one definition
-//! (`cli::command()`, with `cli::MOUNT_OPTIONS` and `cli::IGNORED`), so they never disagree with
+//! (`cli::command()`, with `cli::mount_options()` and `cli::IGNORED`), so they never disagree with
 //! `--help`. The committed files are held to what the code generates, and the man page's MOUNT
 //! OPTIONS section, parsed back, must list exactly the options the code knows. Needs neither FUSE
 //! nor root; the man page test needs `groff`.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap_complete::Shell;
-use tensormount::cli::{self, IGNORED, MOUNT_OPTIONS};
+use tensormount::cli::{self, IGNORED};
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -60,8 +60,8 @@ fn man_page() -> Vec<u8> {
         b"Comma\\-separated after \\fB\\-o\\fR (\\fB\\\\,\\fR for a literal comma), repeatable, \
           or in the fourth field of fstab. Any other option is an error that names it.\n",
     );
-    for (name, what) in MOUNT_OPTIONS {
-        out.extend_from_slice(format!(".TP\n.B {}\n{}\n", roff(name), roff(what)).as_bytes());
+    for (name, what) in cli::mount_options() {
+        out.extend_from_slice(format!(".TP\n.B {}\n{}\n", roff(&name), roff(&what)).as_bytes());
     }
     out.extend_from_slice(
         format!(
@@ -240,8 +240,8 @@ fn help_and_man_page_list_every_mount_option() {
         .output()
         .unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
-    for (name, _) in MOUNT_OPTIONS {
-        assert!(help.contains(name), "--help lacks {name}");
+    for (name, _) in cli::mount_options() {
+        assert!(help.contains(&name), "--help lacks {name}");
     }
     for name in IGNORED {
         assert!(help.contains(name), "--help lacks ignored option {name}");
@@ -262,14 +262,14 @@ fn help_and_man_page_list_every_mount_option() {
         entries.len(),
         "doc/tensormount.8 lists a mount option twice: {entries:?}"
     );
-    let mut known: BTreeSet<String> = MOUNT_OPTIONS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut known: BTreeSet<String> = cli::mount_options().into_iter().map(|(n, _)| n).collect();
     known.extend(IGNORED.iter().map(|s| s.to_string()));
     known.extend(["x-*".to_string(), "comment=*".to_string()]);
     let unknown: Vec<&String> = documented.difference(&known).collect();
     let missing: Vec<&String> = known.difference(&documented).collect();
     assert!(
         unknown.is_empty() && missing.is_empty(),
-        "doc/tensormount.8 MOUNT OPTIONS against cli::MOUNT_OPTIONS and cli::IGNORED: \
+        "doc/tensormount.8 MOUNT OPTIONS against cli::mount_options() and cli::IGNORED: \
          unknown {unknown:?}, missing {missing:?}"
     );
 }

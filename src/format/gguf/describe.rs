@@ -37,6 +37,7 @@ fn description(header: &Header) -> Description {
                 begin: t.offset,
                 end: t.offset + t.size,
                 strides: None,
+                computed: None,
             })
         })
         .collect();

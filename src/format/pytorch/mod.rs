@@ -254,6 +254,7 @@ fn place(f: &Found, storages: &HashMap<String, Span>) -> Result<Tensor, String> 
         begin,
         end,
         strides,
+        computed: None,
     };
     if numel == 0 {
         let offset = f.offset.saturating_mul(size).min(storage_len);

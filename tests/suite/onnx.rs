@@ -1,0 +1,266 @@
+//! ONNX models: a raw file per tensor of the main graph, every subgraph and every local function
+//! (initializers, `Constant` nodes), the model's producer, opsets and metadata as `user.onnx.*`,
+//! a virtual `NAME.safetensors`, `-o dtype=f32` and `-o npy`, and hostile models refused by
+//! rule. The oracle is the `onnx` package (`tests/python/onnx_oracle.py`): `onnx.load` and
+//! `numpy_helper.to_array` say what each tensor's bytes are; its writer makes the synthetic
+//! models, and the real ones come from the registry (the `.onnx` files inside the wheels of
+//! rapidocr-onnxruntime 1.4.4 and silero-vad 6.2.3, which `tests/run` downloads).
+
+use crate::common::*;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The oracle's reading of the models in `dir`: {file name: {"tensors", "metadata", "skipped"}}.
+fn oracle(py: &Path, dir: &Path) -> BTreeMap<String, Value> {
+    let mut models: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .collect();
+    models.sort();
+    let mut args = vec!["tensors"];
+    args.extend(models.iter().map(|p| s(p)));
+    let read = json(&python_script(py, "onnx_oracle.py", &args));
+    read.as_object()
+        .unwrap()
+        .iter()
+        .map(|(path, v)| {
+            let name = Path::new(path).file_name().unwrap().to_string_lossy();
+            (name.into_owned(), v.clone())
+        })
+        .collect()
+}
+
+/// Every tensor file under `dir` (`NAME.tensors/`), by the tensor name its xattr gives (not the
+/// NPY views of `-o npy`).
+fn tensor_files(dir: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "npy") {
+                continue;
+            } else if let Some(name) = getxattr(&p, "user.safetensors.name") {
+                out.insert(name, p);
+            }
+        }
+    }
+    out
+}
+
+/// Checks every model of `oracle` on the mount `m` (whose SOURCE is the models' directory): each
+/// tensor the oracle reads has one file, of its bytes, dtype and shape, marked `onnx`, and no
+/// file is a tensor the oracle does not read; the tensor directory carries the model's
+/// metadata; the virtual safetensors file, read by the official reader, holds every tensor of a
+/// type safetensors has, with `format: onnx`. Returns the number of tensors checked.
+fn models_are_as_onnx_reads_them(
+    py: &Path,
+    m: &Mounted,
+    oracle: &BTreeMap<String, Value>,
+) -> usize {
+    let mut checked = 0;
+    for (model, want) in oracle {
+        let stem = model.strip_suffix(".onnx").unwrap();
+        let dir = m.path(format!("{stem}.tensors"));
+        let files = tensor_files(&dir);
+        let tensors = want["tensors"].as_object().unwrap();
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            tensors.keys().collect::<Vec<_>>(),
+            "{model}: the tensor files"
+        );
+        for (name, t) in tensors {
+            let f = &files[name];
+            assert_eq!(
+                sha256sum(f),
+                t["sha256"].as_str().unwrap(),
+                "{model}: {name}"
+            );
+            assert_eq!(
+                getxattr(f, "user.safetensors.dtype").as_deref(),
+                t["dtype"].as_str(),
+                "{model}: {name}"
+            );
+            assert_eq!(
+                getxattr(f, "user.safetensors.shape").unwrap(),
+                t["shape"].to_string(),
+                "{model}: {name}"
+            );
+            assert_eq!(
+                getxattr(f, "user.tensormount.format").as_deref(),
+                Some("onnx")
+            );
+            checked += 1;
+        }
+        for (key, value) in want["metadata"].as_object().unwrap() {
+            assert_eq!(
+                getxattr(&dir, &format!("user.onnx.{key}")).as_deref(),
+                value.as_str(),
+                "{model}: {key}"
+            );
+        }
+        let virt = m.path(format!("{stem}.safetensors"));
+        let read = json(&python_script(
+            py,
+            "onnx_oracle.py",
+            &["safetensors", s(&virt)],
+        ));
+        assert_eq!(read["metadata"]["format"], "onnx", "{model}");
+        let convertible: Vec<&String> = tensors
+            .iter()
+            .filter(|(_, t)| !matches!(t["dtype"].as_str(), Some("C128" | "INT4" | "UINT4")))
+            .map(|(n, _)| n)
+            .collect();
+        let held: Vec<&String> = read["tensors"].as_object().unwrap().keys().collect();
+        assert_eq!(held, convertible, "{model}: the virtual safetensors file");
+        for name in held {
+            assert_eq!(
+                read["tensors"][name]["sha256"], tensors[name]["sha256"],
+                "{model}: {name} in the virtual file"
+            );
+        }
+    }
+    checked
+}
+
+/// The synthetic models: every element type as `raw_data` and in its typed field (varints,
+/// packed floats and doubles, complex numbers, 4-bit types), `Constant` nodes of every attribute,
+/// `If` branches and a `Loop` body that reuse names, a local function, a sparse initializer and
+/// strings (not shown); and what onnx's writer never writes but protobuf allows (two `graph`
+/// fields merged, `raw_data` and `name` given twice, floats split over two packed arrays or given
+/// one field each, int64s unpacked). Then `-o dtype=f32` and `-o npy` on them.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn every_kind_of_tensor_is_as_onnx_reads_it() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "onnx");
+    let tmp = TempDir::new("onnx-kinds");
+    let src = tmp.join("src");
+    python_script(&py, "onnx_oracle.py", &["write", s(&src)]);
+    let oracle = oracle(&py, &src);
+    let m = mount_ok(&src, "");
+    let checked = models_are_as_onnx_reads_them(&py, &m, &oracle);
+    assert!(checked >= 59, "{checked}");
+    // What is not shown is said: the strings and the sparse initializer.
+    for what in [
+        "tensor `names` is not shown",
+        "sparse initializer `sparse_w` is not shown",
+    ] {
+        assert!(m.stderr.contains(what), "{what}: {}", m.stderr);
+    }
+    m.unmount().unwrap();
+
+    // -o dtype=f32: every narrower float as float32 (as numpy converts to_array's values), and
+    // -o npy: a NAME.npy of each, numpy's own view.
+    let m = mount_ok(&src, "dtype=f32,npy");
+    let kinds = &oracle["kinds.onnx"]["tensors"];
+    let files = tensor_files(&m.path("kinds.tensors"));
+    let mut widened = 0;
+    for (name, t) in kinds.as_object().unwrap() {
+        if let Some(f32) = t["f32_sha256"].as_str() {
+            assert_eq!(sha256sum(&files[name]), f32, "{name} as f32");
+            assert_eq!(
+                getxattr(&files[name], "user.safetensors.dtype").unwrap(),
+                "F32"
+            );
+            widened += 1;
+        }
+    }
+    assert!(widened >= 10, "{widened}");
+    let npy = files["raw_int64"].with_extension("npy");
+    let out = python_code(
+        &py,
+        "import hashlib, numpy, sys\na = numpy.load(sys.argv[1])\nassert a.shape == (3, 4) and \
+         a.dtype == numpy.int64, (a.shape, a.dtype)\nprint(hashlib.sha256(a.tobytes()).hexdigest())",
+        &[s(&npy)],
+    );
+    assert_eq!(out.trim(), sha256sum(&files["raw_int64"]));
+    m.unmount().unwrap();
+}
+
+/// The `.onnx` files inside rapidocr-onnxruntime's and silero-vad's wheels: PP-OCR det's
+/// constants in `raw_data`, cls's in `float_data` and `int64_data`, silero-vad's inside the
+/// branches of an `If`. Every tensor is the oracle's, byte for byte.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn the_models_registry_packages_ship_are_as_onnx_reads_them() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "onnx");
+    let tmp = TempDir::new("onnx-real");
+    let src = tmp.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let wheels = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/wheels");
+    for wheel in [
+        "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+        "silero_vad-6.2.3-py3-none-any.whl",
+    ] {
+        let wheel = wheels.join(wheel);
+        assert!(wheel.exists(), "{}: run tests/run", wheel.display());
+        python_code(
+            &py,
+            "import os, sys, zipfile\nz = zipfile.ZipFile(sys.argv[1])\nfor n in z.namelist():\n    \
+             if n.endswith('.onnx'):\n        open(os.path.join(sys.argv[2], os.path.basename(n)), \
+             'wb').write(z.read(n))",
+            &[s(&wheel), s(&src)],
+        );
+    }
+    let oracle = oracle(&py, &src);
+    assert!(oracle.len() >= 9, "{:?}", oracle.keys());
+    let m = mount_ok(&src, "");
+    let checked = models_are_as_onnx_reads_them(&py, &m, &oracle);
+    assert!(checked >= 1900, "{checked}");
+    m.unmount().unwrap();
+}
+
+/// Hostile models, each refused with its rule in `user.tensormount.error` on the mirrored file
+/// and a warning, while the good model beside them is served: a file cut short, `raw_data` of
+/// the wrong length, more values than the shape, graphs nested past the bound, a group field.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn hostile_models_are_refused_by_rule_and_the_rest_is_served() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "onnx");
+    let tmp = TempDir::new("onnx-hostile");
+    let src = tmp.join("src");
+    let rules = json(&python_script(
+        &py,
+        "onnx_oracle.py",
+        &["write-hostile", s(&src)],
+    ));
+    let m = mount_ok(&src, "");
+    for (file, rule) in rules.as_object().unwrap() {
+        let stem = file.strip_suffix(".onnx").unwrap();
+        let error = getxattr(&m.path(file), "user.tensormount.error");
+        match rule.as_str() {
+            None => {
+                assert_eq!(error, None, "{file}");
+                assert_eq!(
+                    fs::read(m.path(format!("{stem}.tensors/w"))).unwrap().len(),
+                    16
+                );
+            }
+            Some(rule) => {
+                let error = error.unwrap_or_else(|| panic!("{file}: no error"));
+                assert!(error.contains(&format!("[{rule}]")), "{file}: {error}");
+                assert!(!m.path(format!("{stem}.tensors")).exists(), "{file}");
+                assert!(!m.path(format!("{stem}.safetensors")).exists(), "{file}");
+            }
+        }
+        // Mirrored byte for byte all the same.
+        assert_eq!(
+            fs::read(m.path(file)).unwrap(),
+            fs::read(src.join(file)).unwrap()
+        );
+    }
+    m.unmount().unwrap();
+}
