@@ -79,6 +79,7 @@ mod tests {
             end: 0,
             strides: None,
             computed: None,
+            file: None,
         }
     }
 

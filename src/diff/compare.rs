@@ -139,8 +139,8 @@ fn one(job: &Job<'_>) -> Result<Done, String> {
 fn same_bytes(a: &Item, b: &Item) -> bool {
     a.source.path == b.source.path
         && a.source.version == b.source.version
-        && a.source.data_start() == b.source.data_start()
-        && (a.tensor.begin, a.tensor.end) == (b.tensor.begin, b.tensor.end)
+        && a.tensor.start(a.source.data_start()) == b.tensor.start(b.source.data_start())
+        && a.tensor.size() == b.tensor.size()
         && a.tensor.strides == b.tensor.strides
         && a.tensor.computed.is_none()
         && b.tensor.computed.is_none()

@@ -72,11 +72,18 @@ pub fn units(tree: &Snapshot) -> Vec<Unit> {
             let stem = String::from_utf8_lossy(stem);
             own.insert(join(parent, &format!("{stem}{TENSORS}")), file);
         }
-        if let Content::Tensor { source, tensor, .. } = &node.content {
+        if let Content::Tensor {
+            source,
+            tensor,
+            data,
+            ..
+        } = &node.content
+        {
             let dir = dirs.entry(tensor_dir(path)).or_default();
             dir.sources.insert(source.path.clone());
+            // Read from where its bytes are.
             dir.tensors.entry(tensor.name.clone()).or_insert(Item {
-                source: source.clone(),
+                source: data.as_ref().unwrap_or(source).clone(),
                 tensor: tensor.clone(),
             });
         }

@@ -149,6 +149,7 @@ mod tests {
             end: begin + size,
             strides: None,
             computed: None,
+            file: None,
         })
     }
 

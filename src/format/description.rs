@@ -31,6 +31,10 @@ pub struct Description {
     pub conversion: Option<Result<Conversion, NotOffered>>,
     /// What the file says of the numbered set it is a shard of, if anything.
     pub split: Option<Split>,
+    /// The other files its tensors lie in (see [`Tensor::file`]), as it names them: each a
+    /// location its reader's rule let through, relative to the file's directory and inside it
+    /// (`weights.bin`, `data/part1`; no `.` or `..` component), which the mount resolves.
+    pub files: Vec<Box<str>>,
 }
 
 /// What a shard of a numbered set (`NAME-00001-of-00003`, with no index) says of its set: GGUF's
@@ -103,6 +107,9 @@ pub struct Tensor {
     /// varints): how its bytes are computed on read. `begin` is then where its values start in
     /// the file, and `end - begin` its size once computed.
     pub computed: Option<Arc<dyn Computed>>,
+    /// For a tensor whose bytes lie in another file than the one described: its index in
+    /// [`Description::files`]. `begin` and `end` are then offsets in that file, from its start.
+    pub file: Option<u32>,
 }
 
 /// How the bytes of a tensor are computed from what its file holds, on read (see
@@ -144,6 +151,15 @@ impl Tensor {
     /// loader can read itself at its offset.
     pub fn is_stretch(&self) -> bool {
         self.strides.is_none() && self.computed.is_none()
+    }
+
+    /// Where its bytes start in the file that holds them, that file's description starting its
+    /// data at `data_start` (a tensor in another file is placed from that file's start).
+    pub fn start(&self, data_start: u64) -> u64 {
+        match self.file {
+            Some(_) => self.begin,
+            None => data_start + self.begin,
+        }
     }
 
     /// Whether the tensor is a file only: its type has no safetensors name, so it has no NPY

@@ -86,6 +86,7 @@ impl Entries {
                     end: info.data_offsets.1 as u64,
                     strides: None,
                     computed: None,
+                    file: None,
                 })
             })
             .collect();

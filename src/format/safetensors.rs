@@ -102,6 +102,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         notes: Vec::new(),
         conversion: None,
         split: None,
+        files: Vec::new(),
     })
 }
 

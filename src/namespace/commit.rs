@@ -222,11 +222,13 @@ fn same_file(a: &Node, b: &Node) -> bool {
                     source: x,
                     tensor: t,
                     widen: v,
+                    data: d,
                 },
                 Content::Tensor {
                     source: y,
                     tensor: u,
                     widen: w,
+                    data: e,
                 },
             )
             | (
@@ -234,17 +236,40 @@ fn same_file(a: &Node, b: &Node) -> bool {
                     source: x,
                     tensor: t,
                     widen: v,
+                    data: d,
                 },
                 Content::Npy {
                     source: y,
                     tensor: u,
                     widen: w,
+                    data: e,
                 },
-            ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(t, u) && v == w,
+            ) => {
+                Arc::ptr_eq(x, y)
+                    && Arc::ptr_eq(t, u)
+                    && v == w
+                    && match (d, e) {
+                        (Some(d), Some(e)) => Arc::ptr_eq(d, e),
+                        (d, e) => d.is_none() && e.is_none(),
+                    }
+            }
             (
-                Content::Converted { source: x, file: f },
-                Content::Converted { source: y, file: g },
-            ) => Arc::ptr_eq(x, y) && Arc::ptr_eq(f, g),
+                Content::Converted {
+                    source: x,
+                    file: f,
+                    data: d,
+                },
+                Content::Converted {
+                    source: y,
+                    file: g,
+                    data: e,
+                },
+            ) => {
+                Arc::ptr_eq(x, y)
+                    && Arc::ptr_eq(f, g)
+                    && d.len() == e.len()
+                    && d.iter().zip(e.iter()).all(|(d, e)| Arc::ptr_eq(d, e))
+            }
             (Content::Generated(x), Content::Generated(y))
             | (Content::Link(x), Content::Link(y)) => x == y,
             _ => false,

@@ -18,6 +18,7 @@ use log::warn;
 use serde_json::Value;
 
 use super::claims::{self, Claim, Verdict};
+use super::data_files;
 use super::draft::{self, Body, Draft};
 use super::error::BuildError;
 use super::indexes;
@@ -63,6 +64,8 @@ struct Want {
     /// The name of the entry.
     dir: Vec<u8>,
     what: Wanted,
+    /// The data files the file's tensors lie in, as its description names them.
+    data: Arc<[Arc<Source>]>,
 }
 
 /// What a file wants.
@@ -106,6 +109,7 @@ pub fn generated(
     d: &Dir<'_>,
     real_dirs: &[Draft],
     files: &[(Arc<[u8]>, Arc<Source>)],
+    open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
     budget: &mut usize,
 ) -> Result<Interpreted, BuildError> {
     let step = Step {
@@ -116,7 +120,7 @@ pub fn generated(
     };
     let mut errors = HashMap::new();
     step.parse_ahead(files);
-    let wants = step.wants(files, &mut errors)?;
+    let wants = step.wants(files, open, &mut errors)?;
     let winners = step.claim(real_dirs, files, wants);
     let mut slots = Vec::new();
     for want in winners {
@@ -191,6 +195,7 @@ impl Step<'_> {
     fn wants(
         &self,
         files: &[(Arc<[u8]>, Arc<Source>)],
+        open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
         errors: &mut HashMap<Arc<[u8]>, FileError>,
     ) -> Result<Vec<Want>, BuildError> {
         let mut wants = Vec::new();
@@ -208,6 +213,20 @@ impl Step<'_> {
                         if !d.notes.is_empty() && source.first_warning(Warning::Notes) {
                             d.notes.iter().for_each(|note| warn!("{note}"));
                         }
+                        let found = data_files::find(d, self.d.path, files, open, |name| {
+                            self.in_flux(name).then(|| self.being_written())
+                        });
+                        let data = match found {
+                            Ok(data) => data,
+                            Err(e) => {
+                                let settling = matches!(e, FileError::BeingWritten(_));
+                                if !settling && source.first_warning(Warning::Invalid) {
+                                    warn!("{}: {e}", source.path.display());
+                                }
+                                errors.insert(name.clone(), e);
+                                continue;
+                            }
+                        };
                         // A checkpoint without tensors (training arguments, an optimizer's
                         // hyperparameters) gets no empty directory.
                         if format.empty_dir() || !d.tensors.is_empty() {
@@ -215,6 +234,7 @@ impl Step<'_> {
                                 file: i,
                                 dir: [stem, b".tensors"].concat(),
                                 what: Wanted::Tensors(format),
+                                data: data.clone(),
                             });
                         }
                         match source.converted(format) {
@@ -222,6 +242,7 @@ impl Step<'_> {
                                 file: i,
                                 dir: format.converted_name(stem).unwrap_or_default(),
                                 what: Wanted::Converted(format),
+                                data: data.clone(),
                             }),
                             // A trap is said of it with tensors or without.
                             Some(Err(why))
@@ -239,12 +260,14 @@ impl Step<'_> {
                                 file: i,
                                 dir,
                                 what: Wanted::Numbered(format),
+                                data: Arc::from([]),
                             });
                             if let Some(file) = format.converted_name(&set.base) {
                                 wants.push(Want {
                                     file: i,
                                     dir: [&file[..], b".index.json"].concat(),
                                     what: Wanted::NumberedIndex(format),
+                                    data: Arc::from([]),
                                 });
                             }
                         }
@@ -267,12 +290,14 @@ impl Step<'_> {
                     file: i,
                     dir: dir.into_bytes(),
                     what: Wanted::Set,
+                    data: Arc::from([]),
                 });
                 if let Some(converted) = IndexName::of(name).and_then(|i| i.converted) {
                     wants.push(Want {
                         file: i,
                         dir: converted,
                         what: Wanted::ConvertedIndex,
+                        data: Arc::from([]),
                     });
                 }
             }
@@ -371,20 +396,23 @@ impl Step<'_> {
             let content = Content::Converted {
                 source: source.clone(),
                 file: file.clone(),
+                data: want.data.clone(),
             };
+            let inputs = [std::slice::from_ref(source), &want.data[..]].concat();
             return Ok(Some(Drafted {
                 draft: Slot::Kept(Draft::file(dir, attr, content)),
-                inputs: vec![source.clone()],
+                inputs,
             }));
         }
         if let Wanted::Tensors(format) = want.what {
-            let inputs = vec![source.clone()];
+            let inputs = [std::slice::from_ref(source), &want.data[..]].concat();
             let slot = match self.kept(&dir, &inputs) {
                 Some(keep) => Slot::Kept(keep),
                 None => Slot::New(Build::File {
                     dir,
                     source,
                     format,
+                    data: want.data.clone(),
                 }),
             };
             return Ok(Some(Drafted {

@@ -31,8 +31,7 @@ pub const TENSOR_FILE: &str = "__tensor__";
 /// The suffix of the NPY view of a tensor (`-o npy`).
 pub const NPY_SUFFIX: &str = ".npy";
 
-/// A tensor with the source it is served from.
-pub type Entry = (Arc<Tensor>, Arc<Source>);
+pub use super::entry::Entry;
 
 /// The entries of a tensor directory whose attributes are `dir` (also those of its
 /// subdirectories); `__metadata__` comes from `owner` (the file or index it stands for) and is
@@ -48,12 +47,12 @@ pub fn tensor_dir(
     budget: usize,
 ) -> Result<Vec<Draft>, BuildError> {
     // Names are unique within a file or set, so a stable sort would buy nothing.
-    entries.sort_unstable_by(|a, b| a.0.name.cmp(&b.0.name));
+    entries.sort_unstable_by(|a, b| a.tensor.name.cmp(&b.tensor.name));
     let mut children = match options.layout {
         Layout::Flat => {
             let leaves = entries
                 .iter()
-                .map(|e| (LeafName::Escaped(&e.0.name), e))
+                .map(|e| (LeafName::Escaped(&e.tensor.name), e))
                 .collect();
             add_leaves(options, &mut Shortener::default(), leaves, Vec::new())
         }
@@ -135,7 +134,8 @@ fn add_leaves(
     leaves: Vec<Leaf<'_>>,
     mut children: Vec<Draft>,
 ) -> Vec<Draft> {
-    for &(leaf_name, (tensor, src)) in &leaves {
+    for &(leaf_name, e) in &leaves {
+        let tensor = &e.tensor;
         let name: Arc<[u8]> = match leaf_name.file_name(names) {
             Cow::Borrowed(same) if same == &*tensor.name => Arc::<str>::clone(&tensor.name).into(),
             other => other.as_bytes().into(),
@@ -143,11 +143,12 @@ fn add_leaves(
         let widen = widening(options, tensor);
         children.push(Draft::file(
             name,
-            draft::file_attr(&src.meta, presented(tensor, widen).1),
+            draft::file_attr(&e.bytes().meta, presented(tensor, widen).1),
             Content::Tensor {
-                source: src.clone(),
+                source: e.source.clone(),
                 tensor: tensor.clone(),
                 widen,
+                data: e.data.clone(),
             },
         ));
     }
@@ -166,7 +167,8 @@ fn add_npy_views(
     children: &mut Vec<Draft>,
 ) {
     let taken: HashSet<Arc<[u8]>> = children.iter().map(|c| c.name.clone()).collect();
-    for &(leaf_name, (tensor, src)) in leaves {
+    for &(leaf_name, e) in leaves {
+        let (tensor, src) = (&e.tensor, &e.source);
         let widen = widening(options, tensor);
         let (dtype, presented) = presented(tensor, widen);
         let header = (!tensor.file_only() || widen.is_some())
@@ -190,11 +192,12 @@ fn add_npy_views(
         let size = header.len() as u64 + presented;
         children.push(Draft::file(
             name.into_bytes().into(),
-            draft::file_attr(&src.meta, size),
+            draft::file_attr(&e.bytes().meta, size),
             Content::Npy {
                 source: src.clone(),
                 tensor: tensor.clone(),
                 widen,
+                data: e.data.clone(),
             },
         ));
     }
@@ -254,7 +257,7 @@ impl<'a> Branch<'a> {
         let mut stray = Vec::new();
         let mut branches = 0;
         for entry in entries {
-            let name = &*entry.0.name;
+            let name = &*entry.tensor.name;
             let parts = name.split(['.', '/']);
             if parts.clone().count() > MAX_TREE_DEPTH {
                 stray.push((LeafName::Escaped(name), entry));

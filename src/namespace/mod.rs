@@ -16,16 +16,19 @@
 //! - [`real`]: a directory's mirrored entries; [`single`]: a single-file SOURCE;
 //! - [`generated`]: its generated directories, with [`claims`] (who gets a name), [`sets`]
 //!   (indexes checked against their shards), [`numbered`] (sets of numbered shards without an
-//!   index), [`indexes`] (the index files of conversions), [`tensor_dirs`] (the tensor directories
-//!   built) and [`layout`] (the files of a tensor directory);
+//!   index), [`indexes`] (the index files of conversions), [`data_files`] (the other files a
+//!   description's tensors lie in), [`tensor_dirs`] (the tensor directories built) and
+//!   [`layout`] (the files of a tensor directory, each tensor an [`entry`]);
 //! - [`draft`], [`record`] and [`commit`]: a directory's wanted content, what was scanned, and
 //!   drafts merged into the previous snapshot, reusing inode numbers by identity;
 //! - [`options`] and [`error`]: how to build, and what stops a build.
 
 mod claims;
 mod commit;
+mod data_files;
 mod diff;
 mod draft;
+mod entry;
 mod error;
 mod generated;
 mod indexes;

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::entry::Entry;
 use super::sets::{Merged, SetError, Shard};
 use crate::format::{Format, Numbered};
 
@@ -60,7 +61,7 @@ pub fn check<'a>(
                     t.name
                 )));
             }
-            entries.push((t.clone(), f.source.clone()));
+            entries.push(Entry::of(t.clone(), f.source.clone()));
         }
         shards.push(f.source.clone());
     }

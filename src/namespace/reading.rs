@@ -34,10 +34,11 @@ impl Node {
                     len: size.min(self.attr.size - offset),
                     widen: None,
                     stored: Stored::Contiguous,
+                    source: None,
                 };
                 reading(source, Cow::Borrowed(&[]), vec![piece])
             }
-            Content::Converted { source, file } => {
+            Content::Converted { source, file, data } => {
                 let header = &file.header[..];
                 let header_len = header.len() as u64;
                 let (offset, head) = if offset >= header_len {
@@ -56,7 +57,15 @@ impl Node {
                     }
                     let from = offset.max(part.start) - part.start;
                     let to = end.min(part.end()) - part.start;
-                    pieces.push(piece(source, &part.tensor, part.widen, from, to - from));
+                    // A tensor in a data file is read from there.
+                    let p = match part.tensor.file.and_then(|k| data.get(k as usize)) {
+                        Some(elsewhere) => Piece {
+                            source: Some(elsewhere.clone()),
+                            ..piece(elsewhere, &part.tensor, part.widen, from, to - from)
+                        },
+                        None => piece(source, &part.tensor, part.widen, from, to - from),
+                    };
+                    pieces.push(p);
                 }
                 reading(source, Cow::Borrowed(head), pieces)
             }
@@ -64,7 +73,9 @@ impl Node {
                 source,
                 tensor,
                 widen,
+                data,
             } => {
+                let source = data.as_ref().unwrap_or(source);
                 let piece = piece(source, tensor, *widen, offset, size);
                 reading(source, Cow::Borrowed(&[]), vec![piece])
             }
@@ -72,7 +83,9 @@ impl Node {
                 source,
                 tensor,
                 widen,
+                data,
             } => {
+                let source = data.as_ref().unwrap_or(source);
                 let header_len = self.attr.size - presented(tensor, *widen).1;
                 let (offset, head) = if offset >= header_len {
                     (offset - header_len, Vec::new())
@@ -193,7 +206,7 @@ fn piece(
     let len = presented(tensor, widen).1;
     let offset = offset.min(len);
     Piece {
-        start: source.data_start() + tensor.begin,
+        start: tensor.start(source.data_start()),
         offset,
         len: size.min(len - offset),
         widen,
@@ -202,6 +215,7 @@ fn piece(
             (Some(_), None) => Stored::Strided(tensor.clone()),
             (None, None) => Stored::Contiguous,
         },
+        source: None,
     }
 }
 

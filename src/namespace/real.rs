@@ -119,7 +119,22 @@ impl Walk<'_> {
             shown: d.generated,
             old: d.old,
         };
-        let interpreted = generated(self.policy, self.now, &dir, &drafts, &files, budget)?;
+        // A data file below the directory (a model's `weights/part1`), as the scan of that
+        // directory opened it.
+        let registry = &mut *self.registry;
+        let mut open = |path: &Path| {
+            let meta = std::fs::metadata(path).ok()?;
+            registry.get(path, &meta).ok()
+        };
+        let interpreted = generated(
+            self.policy,
+            self.now,
+            &dir,
+            &drafts,
+            &files,
+            &mut open,
+            budget,
+        )?;
         let mut errors = interpreted.errors;
         for (name, source) in files {
             // A kept link to a file still gets the file's `.tensors/` (above), but shows as a link.

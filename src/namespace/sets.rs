@@ -11,12 +11,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::format::IndexName;
-use crate::format::{Description, Format, Tensor};
+use crate::format::{Description, Format};
 use crate::index::{Index, Plan};
 use crate::source::{PlanError, Source};
 
 /// A tensor with the source it is served from.
-type Entry = (Arc<Tensor>, Arc<Source>);
+use super::entry::Entry;
 
 /// A file of the index's directory, as the check needs it.
 pub struct Shard<'a> {
@@ -151,7 +151,12 @@ pub fn check<'a>(
                 Err(e) => SetError::Index(Arc::new(e)),
             });
         }
-        entries.extend(parsed.tensors.iter().map(|t| (t.clone(), source.clone())));
+        entries.extend(
+            parsed
+                .tensors
+                .iter()
+                .map(|t| Entry::of(t.clone(), source.clone())),
+        );
         shards.push(source.clone());
     }
     Ok(Merged { entries, shards })
@@ -214,13 +219,13 @@ fn check_full<'a>(
                     });
                 }
             }
-            entries.push((t.clone(), Arc::clone(src)));
+            entries.push(Entry::of(t.clone(), Arc::clone(src)));
         }
     }
     // ... and, names being unique on both sides, every listed tensor was found iff the counts
     // agree. Otherwise name one that was not.
     if entries.len() != idx.weight_map.len() {
-        let found: HashSet<&str> = entries.iter().map(|(t, _)| &*t.name).collect();
+        let found: HashSet<&str> = entries.iter().map(|e| &*e.tensor.name).collect();
         if let Some((tensor, shard)) = idx
             .weight_map
             .iter()

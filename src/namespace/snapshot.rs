@@ -187,13 +187,17 @@ impl Snapshot {
                     source,
                     tensor,
                     widen,
-                } => Some(Listed {
-                    path,
-                    tensor,
-                    widen: *widen,
-                    source: &source.path,
-                    offset: source.data_start() + tensor.begin,
-                }),
+                    data,
+                } => {
+                    let bytes = data.as_ref().unwrap_or(source);
+                    Some(Listed {
+                        path,
+                        tensor,
+                        widen: *widen,
+                        source: &bytes.path,
+                        offset: tensor.start(bytes.data_start()),
+                    })
+                }
                 _ => None,
             })
             .collect()

@@ -21,6 +21,8 @@ pub enum Build<'a> {
         dir: Arc<[u8]>,
         source: &'a Arc<Source>,
         format: Format,
+        /// The data files its tensors lie in (see [`Description::files`]).
+        data: Arc<[Arc<Source>]>,
     },
     Set {
         dir: Arc<[u8]>,
@@ -51,8 +53,10 @@ pub fn build(policy: Policy<'_>, b: &Build<'_>, mut budget: usize) -> Result<Dra
             dir,
             source,
             format,
+            data,
         } => {
-            let (attr, xattrs, children) = file_tensors(policy, source, *format, &mut budget)?;
+            let (attr, xattrs, children) =
+                file_tensors(policy, source, *format, data, &mut budget)?;
             Ok(Draft::generated_dir(dir.clone(), attr, xattrs, children))
         }
         Build::Set {
@@ -83,11 +87,13 @@ pub fn build(policy: Policy<'_>, b: &Build<'_>, mut budget: usize) -> Result<Dra
     }
 }
 
-/// The tensor directory of one valid file of `format`: its attributes, xattrs and entries.
+/// The tensor directory of one valid file of `format`, whose tensors lie in it or in the data
+/// files `data` it names: its attributes, xattrs and entries.
 pub fn file_tensors(
     policy: Policy<'_>,
     source: &Arc<Source>,
     format: Format,
+    data: &[Arc<Source>],
     budget: &mut usize,
 ) -> Result<(Attr, Arc<Xattrs>, Vec<Draft>), BuildError> {
     let described = match source.describe(format) {
@@ -97,11 +103,23 @@ pub fn file_tensors(
     if policy.options.widen.is_some() {
         layout::warn_undecodable(source, &described.tensors);
     }
-    let entries = described
-        .tensors
-        .iter()
-        .map(|t| (t.clone(), source.clone()))
-        .collect();
+    let mut entries = Vec::with_capacity(described.tensors.len());
+    for t in &described.tensors {
+        let data = match t.file {
+            None => None,
+            // A data file not found here (a single-file SOURCE, outside of which nothing is
+            // opened): the tensor is left out.
+            Some(k) => match data.get(k as usize) {
+                Some(d) => Some(d.clone()),
+                None => continue,
+            },
+        };
+        entries.push(layout::Entry {
+            tensor: t.clone(),
+            source: source.clone(),
+            data,
+        });
+    }
     let (json, xattrs) = metadata_of(format, described);
     let attr = draft::tensor_dir_attr(&source.meta, &[]);
     let children = tensor_entries(

@@ -23,7 +23,10 @@ pub const PREFIX: &str = "user.safetensors.";
 
 /// What a tensor file's attributes are made from.
 struct TensorFile<'a> {
+    /// The file that describes it.
     source: &'a Source,
+    /// The file that holds its bytes (`source`, or a data file it names).
+    data: &'a Source,
     tensor: &'a Tensor,
     widen: Option<Widening>,
     /// For an NPY view: the length of its header.
@@ -50,16 +53,14 @@ const TENSOR: &[(&str, Value)] = &[
     }),
     // Where the bytes lie in the source: only for a tensor stored as one stretch.
     ("user.safetensors.offset", |t| {
-        t.tensor.is_stretch().then(|| {
-            (t.source.data_start() + t.tensor.begin)
-                .to_string()
-                .into_bytes()
-        })
+        t.tensor
+            .is_stretch()
+            .then(|| t.tensor.start(t.data.data_start()).to_string().into_bytes())
     }),
     ("user.safetensors.source", |t| {
         t.tensor
             .is_stretch()
-            .then(|| t.source.path.as_os_str().as_bytes().to_vec())
+            .then(|| t.data.path.as_os_str().as_bytes().to_vec())
     }),
     // A name longer than an attribute may be is left out (the file name is shortened then too).
     ("user.safetensors.name", |t| {
@@ -98,21 +99,24 @@ const CONVERTED_FROM: &str = "user.tensormount.converted_from";
 
 impl Node {
     fn tensor_file(&self) -> Option<TensorFile<'_>> {
-        let (source, tensor, widen, npy) = match &self.content {
+        let (source, tensor, widen, data, npy) = match &self.content {
             Content::Tensor {
                 source,
                 tensor,
                 widen,
-            } => (source, tensor, *widen, false),
+                data,
+            } => (source, tensor, *widen, data, false),
             Content::Npy {
                 source,
                 tensor,
                 widen,
-            } => (source, tensor, *widen, true),
+                data,
+            } => (source, tensor, *widen, data, true),
             _ => return None,
         };
         Some(TensorFile {
             source,
+            data: data.as_ref().unwrap_or(source),
             tensor,
             widen,
             npy_header: npy.then(|| self.attr.size - presented(tensor, widen).1),

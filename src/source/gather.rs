@@ -106,6 +106,7 @@ mod tests {
             end: begin + 2 * numel as u64,
             strides: strides.map(Into::into),
             computed: None,
+            file: None,
         }
     }
 

@@ -90,6 +90,9 @@ pub struct Piece {
     pub len: u64,
     pub widen: Option<Widening>,
     pub stored: Stored,
+    /// The source the piece's bytes are in, where that is not the body's (a converted model's
+    /// tensor in its data file).
+    pub source: Option<Arc<Source>>,
 }
 
 /// Gathered reads whose runs lie within this many bytes of each other (or within four times the
@@ -124,7 +127,8 @@ impl Reading<'_> {
             [one] => Some(one),
             _ => None,
         };
-        let gathered = one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
+        let elsewhere = body.pieces.iter().any(|p| p.source.is_some());
+        let gathered = elsewhere || one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
         if gathered && wait == Wait::No {
             // Gathering may take many reads of storage: always on the pool.
             return None;
@@ -152,7 +156,9 @@ impl Reading<'_> {
             Some(p) if p.widen.is_none() && !gathered => {
                 read.plain(&self.head, p.start + p.offset, p.len, send)
             }
-            Some(p @ Piece { widen: Some(w), .. }) => read.widened(&self.head, *w, p, send),
+            Some(p @ Piece { widen: Some(w), .. }) if !elsewhere => {
+                read.widened(&self.head, *w, p, send)
+            }
             _ => read.pieces(&self.head, &body.pieces, send),
         }
     }
@@ -265,11 +271,11 @@ impl Read<'_> {
             for p in pieces {
                 let end = to + p.len as usize;
                 let computed = matches!(p.stored, Stored::Computed(_));
-                match p.widen {
-                    None if !computed => {
+                match (&p.source, p.widen) {
+                    (None, None) if !computed => {
                         stored_runs(p, p.offset, p.len, &mut |at, n| runs.push((at, n)))
                     }
-                    widen => {
+                    (elsewhere, widen) => {
                         if !runs.is_empty() {
                             if let Err(e) = self.gather(&mut buf[gathered_from..to], &runs) {
                                 return Some(Err(e));
@@ -277,9 +283,21 @@ impl Read<'_> {
                             runs.clear();
                         }
                         let out = &mut buf[to..end];
-                        let done = match widen {
-                            Some(w) => self.widen_into(w, p, out)?,
-                            None => self.fill(out, p, p.offset)?,
+                        let done = match elsewhere {
+                            None => self.piece_into(widen, p, out)?,
+                            // In another source: read through that source.
+                            Some(source) => {
+                                let opened = match source.opened() {
+                                    Ok(o) => o,
+                                    Err(e) => return Some(Err(e)),
+                                };
+                                let read = Read {
+                                    source,
+                                    opened: &opened,
+                                    wait: self.wait,
+                                };
+                                read.piece_into(widen, p, out)?
+                            }
                         };
                         if let Err(e) = done {
                             return Some(Err(e));
@@ -297,6 +315,19 @@ impl Read<'_> {
             send(buf);
             Some(Ok(()))
         })
+    }
+
+    /// Fills `out` with the presented bytes of `piece`: widened by `widen`, or as stored.
+    fn piece_into(
+        &self,
+        widen: Option<Widening>,
+        piece: &Piece,
+        out: &mut [u8],
+    ) -> Option<Result<(), ReadError>> {
+        match widen {
+            Some(w) => self.widen_into(w, piece, out),
+            None => self.fill(out, piece, piece.offset),
+        }
     }
 
     /// `head`, then the presented bytes of `piece`, widened by `widening`.

@@ -38,6 +38,7 @@ fn description(header: &Header) -> Description {
                 end: t.offset + t.size,
                 strides: None,
                 computed: None,
+                file: None,
             })
         })
         .collect();
@@ -75,6 +76,7 @@ fn description(header: &Header) -> Description {
             Ok(conversion)
         }),
         split: split(header),
+        files: Vec::new(),
     }
 }
 

@@ -25,6 +25,12 @@ pub enum OnnxError {
     TooDeep { inside: String, depth: usize },
     /// A tensor whose bytes are not what its type and shape say, or that cannot be read.
     BadTensor { name: String, what: String },
+    /// External data whose location is absolute or leaves the model's directory.
+    BadLocation {
+        name: String,
+        location: String,
+        why: &'static str,
+    },
 }
 
 impl OnnxError {
@@ -38,6 +44,7 @@ impl OnnxError {
             OnnxError::TooLong { .. } => "TooLong",
             OnnxError::TooDeep { .. } => "TooDeep",
             OnnxError::BadTensor { .. } => "BadTensor",
+            OnnxError::BadLocation { .. } => "BadLocation",
         }
     }
 
@@ -68,6 +75,14 @@ impl fmt::Display for OnnxError {
                 )
             }
             OnnxError::BadTensor { name, what } => write!(f, "tensor `{name}` {what}"),
+            OnnxError::BadLocation {
+                name,
+                location,
+                why,
+            } => write!(
+                f,
+                "tensor `{name}` has its data at {location:?}, {why}: nothing was opened"
+            ),
         }
     }
 }

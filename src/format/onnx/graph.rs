@@ -164,6 +164,25 @@ fn entry<A: At>(
     Ok((key, value))
 }
 
+/// The key and value of a `StringStringEntryProto`, both as text.
+pub(super) fn entry_text<A: At>(
+    win: &mut Window<A>,
+    at: u64,
+    len: u64,
+    inside: &str,
+) -> Result<(String, String), OnnxError> {
+    let (mut key, mut value) = (String::new(), String::new());
+    win.fields(&[(at, at + len)], inside, |win, f| {
+        match f.number {
+            1 => key = win.text(f.wire, MAX_NAME, inside)?,
+            2 => value = win.text(f.wire, MAX_NAME, inside)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok((key, value))
+}
+
 fn function_name<A: At>(win: &mut Window<A>, span: (u64, u64)) -> Result<String, OnnxError> {
     let mut name = String::new();
     win.fields(&[span], "a function", |win, f| {

@@ -14,7 +14,7 @@ mod graph;
 mod tensor;
 mod wire;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,8 +45,9 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     let mut notes = model.notes;
     let mut taken = HashSet::new();
     let mut tensors = Vec::with_capacity(model.found.len());
+    let mut files = Files::default();
     for found in model.found {
-        let Some(placed) = place(&mut win, &found, &mut notes).map_err(err)? else {
+        let Some(placed) = place(&mut win, &found, &mut files, &mut notes).map_err(err)? else {
             continue;
         };
         let name = unique(&mut taken, &placed.name, &found.path);
@@ -71,7 +72,54 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         notes,
         conversion: Some(conversion),
         split: None,
+        files: files.names,
     })
+}
+
+/// The data files the model names, each once.
+#[derive(Default)]
+struct Files {
+    names: Vec<Box<str>>,
+    index: HashMap<String, u32>,
+}
+
+impl Files {
+    /// The index of the data file at `location` (already checked).
+    fn of(&mut self, location: String) -> u32 {
+        let next = self.names.len() as u32;
+        *self.index.entry(location).or_insert_with_key(|l| {
+            self.names.push(l.as_str().into());
+            next
+        })
+    }
+}
+
+/// External data's `location` as a path inside the model's directory (components joined by
+/// `/`, `.` and empty ones dropped, `..` taking one back), or why it is not one: an absolute
+/// path, a `..` that leaves the directory, a NUL byte, nothing.
+fn location(l: &str) -> Result<String, &'static str> {
+    if l.starts_with('/') {
+        return Err("an absolute path");
+    }
+    if l.contains('\0') {
+        return Err("a path with a NUL byte");
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in l.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts
+                    .pop()
+                    .ok_or("a path that leaves the model's directory")?;
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err("no file");
+    }
+    Ok(parts.join("/"))
 }
 
 /// `name`, or where it is taken, `path` + `name`, then with `#2`, `#3`... after it.
@@ -127,9 +175,14 @@ struct Placed {
 
 impl Placed {
     fn tensor(self, name: String) -> Tensor {
-        let (begin, computed) = match self.bytes {
-            Bytes::Stretch { at, .. } => (at, None),
-            Bytes::Typed(t) => (t.start(), Some(t as Arc<dyn super::description::Computed>)),
+        let (begin, computed, file) = match self.bytes {
+            Bytes::Stretch { at } => (at, None, None),
+            Bytes::Typed(t) => (
+                t.start(),
+                Some(t as Arc<dyn super::description::Computed>),
+                None,
+            ),
+            Bytes::External { file, at } => (at, None, Some(file)),
         };
         Tensor {
             name: Arc::from(name),
@@ -139,6 +192,7 @@ impl Placed {
             end: begin + self.size,
             strides: None,
             computed,
+            file,
         }
     }
 }
@@ -147,6 +201,7 @@ impl Placed {
 fn place<A: At>(
     win: &mut Window<A>,
     found: &Found,
+    files: &mut Files,
     notes: &mut Vec<String>,
 ) -> Result<Option<Placed>, OnnxError> {
     let shown = format!("{}{}", found.path, found.name);
@@ -184,7 +239,7 @@ fn place<A: At>(
             let size = n * storage.bytes();
             Ok(Some(placed(dtype, shape, Bytes::Typed(Arc::new(t)), size)))
         }
-        Value::Tensor(spans) => proto(win, spans, found, notes),
+        Value::Tensor(spans) => proto(win, spans, found, files, notes),
     }
 }
 
@@ -199,7 +254,10 @@ struct Proto {
     /// For each typed field (by number): how many times it occurs, and the last packed array.
     typed: BTreeMap<u32, (u32, Option<(u64, u64)>)>,
     segment: bool,
+    /// `data_location` is `EXTERNAL`.
     external: bool,
+    /// `external_data`'s keys and values (`location`, `offset`, `length`, `checksum`).
+    external_data: Vec<(String, String)>,
 }
 
 /// A `TensorProto` placed (`None`, with a note, for one not shown).
@@ -207,6 +265,7 @@ fn proto<A: At>(
     win: &mut Window<A>,
     spans: &Spans,
     found: &Found,
+    files: &mut Files,
     notes: &mut Vec<String>,
 ) -> Result<Option<Placed>, OnnxError> {
     let inside = format!("tensor `{}{}`", found.path, found.name);
@@ -230,6 +289,10 @@ fn proto<A: At>(
             (8, w) => p.name = win.text(w, MAX_NAME, &inside)?,
             (9, Wire::Len { at, len }) => p.raw = Some((at, len)),
             (14, Wire::Varint(v)) => p.external = v == 1,
+            (13, Wire::Len { at, len }) => {
+                p.external_data
+                    .push(graph::entry_text(win, at, len, &inside)?);
+            }
             (n @ (4 | 5 | 7 | 10 | 11), w) => {
                 let e = p.typed.entry(n).or_default();
                 e.0 += 1;
@@ -286,11 +349,6 @@ fn proto<A: At>(
             "{numel} elements of {type_name} are no whole number of bytes"
         ));
     };
-    if p.external {
-        return skip(
-            "its data is in an external file, which this version does not read yet".into(),
-        );
-    }
     let placed = |bytes| Placed {
         name: name.clone(),
         dtype,
@@ -298,6 +356,9 @@ fn proto<A: At>(
         bytes,
         size,
     };
+    if p.external {
+        return external(&p, size, type_name, files, &bad).map(|b| Some(placed(b)));
+    }
     if let Some((at, len)) = p.raw {
         if len != size {
             return Err(bad(format!(
@@ -336,6 +397,61 @@ fn proto<A: At>(
         )));
     }
     Ok(Some(placed(Bytes::Typed(Arc::new(t)))))
+}
+
+/// Where the external data of `p` (`size` bytes of `type_name`) is: its `location` checked as a
+/// string (see [`location`]), its `offset` (0 if absent) and its `length` (the size if absent;
+/// given, it must be the size). Whether the bytes are there is the mount's to check, once the
+/// file is found.
+fn external(
+    p: &Proto,
+    size: u64,
+    type_name: &str,
+    files: &mut Files,
+    bad: &dyn Fn(String) -> OnnxError,
+) -> Result<Bytes, OnnxError> {
+    let value = |key: &str| {
+        p.external_data
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let number = |key: &str| -> Result<Option<u64>, OnnxError> {
+        value(key)
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad(format!("has an external data {key} of {v:?}, not a number")))
+            })
+            .transpose()
+    };
+    let Some(loc) = value("location") else {
+        return Err(bad("has external data with no location".into()));
+    };
+    let checked = location(loc).map_err(|why| OnnxError::BadLocation {
+        name: p.name.clone(),
+        location: loc.to_string(),
+        why,
+    })?;
+    let at = number("offset")?.unwrap_or(0);
+    if let Some(length) = number("length")?
+        && length != size
+    {
+        return Err(bad(format!(
+            "has external data of {length} bytes where {type_name} {:?} needs {size}",
+            p.dims
+        )));
+    }
+    if at.checked_add(size).is_none() {
+        return Err(bad(format!(
+            "has external data at offset {at}, past any file"
+        )));
+    }
+    Ok(Bytes::External {
+        file: files.of(checked),
+        at,
+    })
 }
 
 #[cfg(test)]

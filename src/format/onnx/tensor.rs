@@ -117,6 +117,8 @@ pub(super) enum Bytes {
     Stretch { at: u64 },
     /// Values of a typed field, computed on read.
     Typed(Arc<Typed>),
+    /// Bytes from `at` of the model's data file `file` (an index of its `files`).
+    External { file: u32, at: u64 },
 }
 
 /// A place in a message's spans: in span `span`, at `pos`, inside a packed array that ends at

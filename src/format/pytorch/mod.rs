@@ -173,6 +173,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
         notes: bounded_notes(notes, walked.more_notes, path),
         conversion: Some(conversion),
         split: None,
+        files: Vec::new(),
     })
 }
 
@@ -255,6 +256,7 @@ fn place(f: &Found, storages: &HashMap<String, Span>) -> Result<Tensor, String> 
         end,
         strides,
         computed: None,
+        file: None,
     };
     if numel == 0 {
         let offset = f.offset.saturating_mul(size).min(storage_len);

@@ -1,0 +1,65 @@
+//! The data files of a description: the other files its tensors lie in (an ONNX model's external
+//! data), found from the directory of the file it describes.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::node::FileError;
+use crate::format::Description;
+use crate::source::Source;
+
+/// The sources of the data files `d` names (see [`Description::files`]), found from the
+/// directory `dir` of the file it describes: among its `files` by name (one that `settling`
+/// says is being written makes the file wait, as a shard does), or below it by path through
+/// `open`; and every tensor in one checked to lie inside it. Or why not (the file's error).
+pub fn find(
+    d: &Description,
+    dir: &Path,
+    files: &[(Arc<[u8]>, Arc<Source>)],
+    open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
+    settling: impl Fn(&[u8]) -> Option<FileError>,
+) -> Result<Arc<[Arc<Source>]>, FileError> {
+    if d.files.is_empty() {
+        return Ok(Arc::from([]));
+    }
+    let mut data = Vec::with_capacity(d.files.len());
+    for location in &d.files {
+        let found = match location.contains('/') {
+            false => {
+                let here = files.iter().find(|(n, _)| **n == *location.as_bytes());
+                if here.is_some()
+                    && let Some(wait) = settling(location.as_bytes())
+                {
+                    return Err(wait);
+                }
+                here.map(|(_, s)| s.clone())
+            }
+            true => open(&dir.join(&**location)),
+        };
+        let Some(source) = found else {
+            return Err(FileError::Data(
+                format!("its data file {location:?} is missing").into(),
+            ));
+        };
+        data.push(source);
+    }
+    for t in &d.tensors {
+        let Some(k) = t.file else { continue };
+        let Some(source) = data.get(k as usize) else {
+            continue;
+        };
+        if t.end > source.len() {
+            return Err(FileError::Data(
+                format!(
+                    "tensor `{}` ends at byte {} of its data file {:?}, which has {} bytes",
+                    t.name,
+                    t.end,
+                    d.files[k as usize],
+                    source.len()
+                )
+                .into(),
+            ));
+        }
+    }
+    Ok(data.into())
+}
