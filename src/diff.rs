@@ -366,7 +366,8 @@ fn warn_invalid(root: &Path, model: &Model) {
         );
     }
     for file in files {
-        if let Err(e) = file.source.describe(file.format)
+        let Some(format) = file.format else { continue };
+        if let Err(e) = file.source.describe(format)
             && !e.is_foreign()
         {
             eprintln!("tensormount: {e} (left out of the comparison)");

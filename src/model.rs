@@ -1,7 +1,7 @@
 //! A SOURCE as the commands that read all of it (`verify`, `diff`) see it: the tree a mount would
 //! show, its weight files, and every file of the tree with its path.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,8 @@ pub struct WeightFile {
     /// Its path in the tree (its name, for a single-file SOURCE).
     pub path: String,
     pub source: Arc<Source>,
-    pub format: Format,
+    /// The format it is a file of; `None` for a data file another file's tensors lie in.
+    pub format: Option<Format>,
 }
 
 impl Model {
@@ -77,14 +78,15 @@ impl Model {
     }
 
     /// The weight files: SOURCE itself if it is a file, else each mirrored file whose name says
-    /// a weight format, and each link kept as a link (a Hugging Face snapshot's, to its blob)
-    /// whose name does, in path order; and those that could not be opened, with why.
+    /// a weight format or that holds tensors of another (a model's data file), and each link kept
+    /// as a link (a Hugging Face snapshot's, to its blob) whose name does, in path order; and
+    /// those that could not be opened, with why.
     pub fn weight_files(&self) -> (Vec<WeightFile>, Vec<(String, String)>) {
         if let Some((name, source)) = &self.single {
             let file = WeightFile {
                 path: name.clone(),
                 source: source.clone(),
-                format: single_file_format(source),
+                format: Some(single_file_format(source)),
             };
             return (vec![file], Vec::new());
         }
@@ -96,6 +98,14 @@ impl Model {
             .iter()
             .filter_map(|(_, _, node)| match &node.content {
                 Content::Mirror { source, .. } => Some((source.path.as_path(), source)),
+                _ => None,
+            })
+            .collect();
+        // The data files tensors are served from.
+        let data: HashSet<&Path> = all
+            .iter()
+            .filter_map(|(_, _, node)| match &node.content {
+                Content::Tensor { data: Some(d), .. } => Some(d.path.as_path()),
                 _ => None,
             })
             .collect();
@@ -122,7 +132,8 @@ impl Model {
                 }
                 _ => continue,
             };
-            if let Some((format, _)) = Format::of(&node.name) {
+            let format = Format::of(&node.name).map(|(f, _)| f);
+            if format.is_some() || data.contains(source.path.as_path()) {
                 files.push(WeightFile {
                     path: path.clone(),
                     source: source.clone(),

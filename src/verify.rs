@@ -285,7 +285,9 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
     // Looked up here, on the hashing threads: on a network filesystem each lookup waits.
     source.recorded();
     let described = match want_tensors {
-        true => source.describe(file.format).as_ref().ok().cloned(),
+        true => file
+            .format
+            .and_then(|f| source.describe(f).as_ref().ok().cloned()),
         false => None,
     };
     let tensors = described.as_ref().map_or(&[][..], |d| &d.tensors[..]);

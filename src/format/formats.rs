@@ -21,6 +21,11 @@ struct Spec {
     name: &'static str,
     /// The suffixes of its files' names (the stem before one names the tensor directory).
     suffixes: &'static [&'static str],
+    /// The suffixes of the names its data files usually have (an ONNX model's external data):
+    /// files that only hold bytes its files' tensors lie in, mirrored and never interpreted, but
+    /// weight files to `verify` and `-o verify` (the files a description names are, whatever
+    /// their names).
+    data_suffixes: &'static [&'static str],
     /// What names the index of a set of its files: `STEM{infix}json` or
     /// `STEM{infix}VARIANT.json`.
     index_infix: Option<&'static str>,
@@ -56,6 +61,7 @@ fn same_stem(stem: &[u8]) -> Vec<u8> {
 pub const SAFETENSORS: Format = Format(&Spec {
     name: "safetensors",
     suffixes: &[".safetensors"],
+    data_suffixes: &[],
     index_infix: Some(".safetensors.index."),
     numbered: false,
     toggle: None,
@@ -71,6 +77,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
 pub const PYTORCH: Format = Format(&Spec {
     name: "pytorch",
     suffixes: &[".bin", ".pt", ".pth", ".ckpt"],
+    data_suffixes: &[],
     index_infix: Some(".bin.index."),
     numbered: false,
     toggle: Some((
@@ -91,6 +98,7 @@ pub const PYTORCH: Format = Format(&Spec {
 pub const GGUF: Format = Format(&Spec {
     name: "gguf",
     suffixes: &[".gguf"],
+    data_suffixes: &[],
     index_infix: None,
     numbered: true,
     toggle: Some((
@@ -111,6 +119,7 @@ pub const GGUF: Format = Format(&Spec {
 pub const ONNX: Format = Format(&Spec {
     name: "onnx",
     suffixes: &[".onnx"],
+    data_suffixes: &[".onnx_data", ".onnx.data"],
     index_infix: None,
     numbered: false,
     toggle: Some((
@@ -141,6 +150,18 @@ impl Format {
                 .find_map(|suffix| file_name.strip_suffix(suffix.as_bytes()))
                 .filter(|stem| f.0.native || !stem.is_empty())
                 .map(|stem| (f, stem))
+        })
+    }
+
+    /// Whether a file's name is one a format's data files usually have (`model.onnx_data`), in
+    /// any case.
+    pub fn is_data_file(file_name: &[u8]) -> bool {
+        Format::ALL.iter().any(|f| {
+            f.0.data_suffixes.iter().any(|suffix| {
+                file_name.len() > suffix.len()
+                    && file_name[file_name.len() - suffix.len()..]
+                        .eq_ignore_ascii_case(suffix.as_bytes())
+            })
         })
     }
 

@@ -38,7 +38,7 @@ pub fn find(
         };
         let Some(source) = found else {
             return Err(FileError::Data(
-                format!("its data file {location:?} is missing").into(),
+                format!("its data file {location:?} is missing [MissingDataFile]").into(),
             ));
         };
         data.push(source);
@@ -51,7 +51,8 @@ pub fn find(
         if t.end > source.len() {
             return Err(FileError::Data(
                 format!(
-                    "tensor `{}` ends at byte {} of its data file {:?}, which has {} bytes",
+                    "tensor `{}` ends at byte {} of its data file {:?}, which has {} bytes \
+                     [DataPastEnd]",
                     t.name,
                     t.end,
                     d.files[k as usize],

@@ -5,6 +5,8 @@ use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use log::warn;
+
 use super::draft::{self, Draft};
 use super::error::BuildError;
 use super::layout;
@@ -12,7 +14,7 @@ use super::node::{Attr, Xattrs};
 use super::options::Policy;
 use super::xattrs;
 use crate::format::{Description, Format};
-use crate::source::Source;
+use crate::source::{Source, Warning};
 
 /// A generated directory to build: the tensors of one file, or a merged set with what is already
 /// known of it.
@@ -104,6 +106,7 @@ pub fn file_tensors(
         layout::warn_undecodable(source, &described.tensors);
     }
     let mut entries = Vec::with_capacity(described.tensors.len());
+    let mut left_out = 0;
     for t in &described.tensors {
         let data = match t.file {
             None => None,
@@ -111,7 +114,10 @@ pub fn file_tensors(
             // opened): the tensor is left out.
             Some(k) => match data.get(k as usize) {
                 Some(d) => Some(d.clone()),
-                None => continue,
+                None => {
+                    left_out += 1;
+                    continue;
+                }
             },
         };
         entries.push(layout::Entry {
@@ -119,6 +125,13 @@ pub fn file_tensors(
             source: source.clone(),
             data,
         });
+    }
+    if left_out > 0 && source.first_warning(Warning::DataLeftOut) {
+        warn!(
+            "{}: {left_out} tensors lie in data files outside SOURCE, which are not opened; \
+             mount the model's directory to see them",
+            source.path.display()
+        );
     }
     let (json, xattrs) = metadata_of(format, described);
     let attr = draft::tensor_dir_attr(&source.meta, &[]);

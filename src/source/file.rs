@@ -57,6 +57,8 @@ pub enum Warning {
     Unmappable,
     /// What its reader left out or found odd.
     Notes,
+    /// Tensors in data files it names that are not shown (outside a single-file SOURCE).
+    DataLeftOut,
 }
 
 type Described = Result<Arc<Description>, Arc<DescribeError>>;

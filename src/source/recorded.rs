@@ -114,12 +114,14 @@ fn beside(entry: &Path) -> Option<Recorded> {
 }
 
 /// Whether the file found at `entry`, which is `canonical` once links are resolved, may have a
-/// recorded digest worth looking up: a weight file (either name says a weight format), or a cache
-/// blob.
+/// recorded digest worth looking up: a weight file (either name says a weight format, or a
+/// format's data file), or a cache blob.
 pub(super) fn worth_looking_up(entry: &Path, canonical: &Path) -> bool {
+    use crate::format::Format;
     let weight = |p: &Path| {
-        p.file_name()
-            .is_some_and(|n| crate::format::Format::of(n.as_bytes()).is_some())
+        p.file_name().is_some_and(|n| {
+            Format::of(n.as_bytes()).is_some() || Format::is_data_file(n.as_bytes())
+        })
     };
     weight(entry) || weight(canonical) || blob_name(canonical).is_some()
 }

@@ -300,6 +300,51 @@ def write(out):
     print(json.dumps(written, sort_keys=True))
 
 
+def write_external(out):
+    """Models with external data: in one file (one/), in one file per tensor (each/), in a
+    subdirectory (nested/), as onnx.save_model writes them; and refused ones (bad/), each with
+    the rule or words its error must hold: a location that is absolute, one that leaves the
+    model's directory (to a file that exists), an offset past the data file's end, a missing
+    data file, a length that is not the tensor's. Prints JSON {"good": [dirs], "bad": {file:
+    words}}."""
+    rng = np.random.default_rng(43)
+    weights = lambda n: [numpy_helper.from_array(
+        rng.standard_normal((16, 8)).astype(np.float16 if i % 2 else np.float32), f"w{i}")
+        for i in range(n)] + [numpy_helper.from_array(np.arange(5, dtype=np.int64), "idx")]
+    model = lambda inits: helper.make_model(helper.make_graph([], "g", [], [], initializer=inits))
+    for sub, one, location in [("one", True, "model.onnx_data"), ("each", False, None),
+                               ("nested", True, "weights/data.bin")]:
+        d = os.path.join(out, sub)
+        os.makedirs(os.path.join(d, "weights"), exist_ok=True)
+        onnx.save_model(model(weights(4)), os.path.join(d, "model.onnx"),
+                        save_as_external_data=True, all_tensors_to_one_file=one,
+                        location=location, size_threshold=0)
+    bad = os.path.join(out, "bad")
+    os.makedirs(bad)
+    with open(os.path.join(out, "outside.bin"), "wb") as f:
+        f.write(b"\1" * 64)
+    words = {}
+
+    def refused(name, entries, data_len, what):
+        t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
+                        data_location=TensorProto.EXTERNAL)
+        for k, v in entries.items():
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        with open(os.path.join(bad, name + ".bin"), "wb") as f:
+            f.write(b"\0" * data_len)
+        with open(os.path.join(bad, name + ".onnx"), "wb") as f:
+            f.write(model([t]).SerializeToString())
+        words[name + ".onnx"] = what
+
+    refused("absolute", {"location": os.path.join(out, "outside.bin")}, 16, "[BadLocation]")
+    refused("parent", {"location": "../outside.bin"}, 16, "[BadLocation]")
+    refused("past_end", {"location": "past_end.bin", "offset": "8"}, 16, "ends at byte 24")
+    refused("missing", {"location": "nowhere.bin"}, 16, "is missing")
+    refused("length", {"location": "length.bin", "length": "12"}, 16, "[BadTensor]")
+    print(json.dumps({"good": ["one", "each", "nested"], "bad": words}, sort_keys=True))
+
+
 def write_hostile(out):
     """Models that must be refused, each named by the rule it breaks, beside a good one: printed
     as JSON {file: rule}."""
@@ -340,6 +385,8 @@ if __name__ == "__main__":
         tensors(args)
     elif cmd == "write":
         write(args[0])
+    elif cmd == "write-external":
+        write_external(args[0])
     elif cmd == "write-hostile":
         write_hostile(args[0])
     elif cmd == "safetensors":

@@ -221,6 +221,152 @@ fn the_models_registry_packages_ship_are_as_onnx_reads_them() {
     m.unmount().unwrap();
 }
 
+/// External data, as `onnx.save_model` writes it: all tensors in one file, one file per tensor, a
+/// file in a subdirectory. Every tensor is the oracle's, its `source` and `offset` xattrs say
+/// where its bytes are (what a GPU loader reads), and the virtual safetensors file holds them.
+/// Refused, each by its rule: a location that is absolute or leaves the model's directory (the
+/// file there exists; nothing is opened), an offset past the data file's end, a missing data
+/// file, a length that is not the tensor's. Then a data file replaced while mounted: its tensors
+/// follow it.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn external_data_is_read_from_the_files_the_model_names() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "onnx");
+    let tmp = TempDir::new("onnx-external");
+    let src = tmp.join("src");
+    let wrote = json(&python_script(
+        &py,
+        "onnx_oracle.py",
+        &["write-external", s(&src)],
+    ));
+    let m = mount_ok(&src, "");
+    for sub in wrote["good"].as_array().unwrap() {
+        let sub = sub.as_str().unwrap();
+        let oracle = oracle(&py, &src.join(sub));
+        let want = &oracle["model.onnx"]["tensors"];
+        let files = tensor_files(&m.path(format!("{sub}/model.tensors")));
+        assert_eq!(files.len(), want.as_object().unwrap().len(), "{sub}");
+        for (name, t) in want.as_object().unwrap() {
+            let f = &files[name];
+            assert_eq!(sha256sum(f), t["sha256"].as_str().unwrap(), "{sub}: {name}");
+            // The bytes where the xattrs say they are, read directly.
+            let source = getxattr(f, "user.safetensors.source").unwrap();
+            let offset: u64 = getxattr(f, "user.safetensors.offset")
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                source.starts_with(s(&src.join(sub))),
+                "{sub}: {name}: {source}"
+            );
+            assert!(!source.ends_with("model.onnx"), "{sub}: {name}: {source}");
+            let mut direct = vec![0; t["size"].as_u64().unwrap() as usize];
+            std::os::unix::fs::FileExt::read_exact_at(
+                &fs::File::open(&source).unwrap(),
+                &mut direct,
+                offset,
+            )
+            .unwrap();
+            assert_eq!(direct, fs::read(f).unwrap(), "{sub}: {name}");
+        }
+        let virt = m.path(format!("{sub}/model.safetensors"));
+        let read = json(&python_script(
+            &py,
+            "onnx_oracle.py",
+            &["safetensors", s(&virt)],
+        ));
+        for (name, t) in want.as_object().unwrap() {
+            assert_eq!(
+                read["tensors"][name]["sha256"], t["sha256"],
+                "{sub}: {name}"
+            );
+        }
+    }
+    for (file, words) in wrote["bad"].as_object().unwrap() {
+        let words = words.as_str().unwrap();
+        let error = getxattr(&m.path(format!("bad/{file}")), "user.tensormount.error")
+            .unwrap_or_else(|| panic!("{file}: no error"));
+        assert!(error.contains(words), "{file}: {error}");
+        let stem = file.strip_suffix(".onnx").unwrap();
+        assert!(!m.path(format!("bad/{stem}.tensors")).exists(), "{file}");
+        assert!(
+            !m.path(format!("bad/{stem}.safetensors")).exists(),
+            "{file}"
+        );
+    }
+
+    // The data file replaced (renamed into place) while mounted: the tensors follow it.
+    let data = src.join("one/model.onnx_data");
+    let w0 = m.path("one/model.tensors/w0");
+    let before = fs::read(&w0).unwrap();
+    let offset: u64 = getxattr(&w0, "user.safetensors.offset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut bytes = fs::read(&data).unwrap();
+    for b in &mut bytes[offset as usize..offset as usize + before.len()] {
+        *b ^= 0x5a;
+    }
+    let tmp_data = src.join("one/.model.onnx_data.tmp");
+    fs::write(&tmp_data, &bytes).unwrap();
+    fs::rename(&tmp_data, &data).unwrap();
+    let want: Vec<u8> = before.iter().map(|b| b ^ 0x5a).collect();
+    wait_refreshed(&m.dir, "w0 from the new data file", || {
+        fs::read(&w0).is_ok_and(|now| now == want)
+    });
+    m.unmount().unwrap();
+}
+
+/// A model's data file is a weight file to `verify` and `-o verify`: recorded in `SHA256SUMS`
+/// (written by `sha256sum`), it is `ok`; with a byte flipped, `mismatch`, and under `-o verify`
+/// the tensor files it holds fail reads with EIO while the model file itself stays readable.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn verify_checks_the_data_files_a_model_names() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "onnx");
+    let tmp = TempDir::new("onnx-verify");
+    let src = tmp.join("src");
+    python_script(&py, "onnx_oracle.py", &["write-external", s(&src)]);
+    let dir = src.join("one");
+    let out = std::process::Command::new("sha256sum")
+        .args(["model.onnx", "model.onnx_data"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    fs::write(dir.join("SHA256SUMS"), &out.stdout).unwrap();
+    let verify = |want: &[&str]| {
+        let out = run(&["verify", s(&dir)]);
+        let text = stdout(&out);
+        for line in want {
+            assert!(text.lines().any(|l| l.starts_with(line)), "{line}: {text}");
+        }
+    };
+    verify(&["ok        model.onnx ", "ok        model.onnx_data "]);
+    let data = dir.join("model.onnx_data");
+    let mut bytes = fs::read(&data).unwrap();
+    bytes[100] ^= 1;
+    fs::write(&data, &bytes).unwrap();
+    verify(&["ok        model.onnx ", "mismatch  model.onnx_data "]);
+
+    let m = mount_ok(&dir, "verify");
+    let w0 = m.path("model.tensors/w0");
+    wait_for("the data file's verdict", || {
+        getxattr(&m.path("model.onnx_data"), "user.tensormount.verified").as_deref()
+            == Some("mismatch")
+    });
+    assert_eq!(
+        fs::read(&w0).unwrap_err().raw_os_error(),
+        Some(libc::EIO),
+        "a tensor of the damaged data file"
+    );
+    assert!(fs::read(m.path("model.onnx")).is_ok());
+    m.unmount().unwrap();
+}
+
 /// Hostile models, each refused with its rule in `user.tensormount.error` on the mirrored file
 /// and a warning, while the good model beside them is served: a file cut short, `raw_data` of
 /// the wrong length, more values than the shape, graphs nested past the bound, a group field.
