@@ -83,13 +83,21 @@
 //!     Q8_0 and Q4_0 blocks (random, with finite scales) to float32, 1 MiB of output at a time,
 //!     against gguf-py's numpy `quants.dequantize` of the same blocks in the same 1 MiB pieces,
 //!     and against copying as many output bytes.
+//! 14. ONNX: a 1 GiB model of float16 initializers with external data (written by
+//!     `onnx.save_model`, benches/onnx_models.py): mount + a listing of `model.tensors/` with
+//!     every file's dtype and shape, against `onnx.load(load_external_data=False)` and a listing
+//!     of its initializers; `safetensors.torch.load_file` of the virtual `model.safetensors` (cold,
+//!     warm), against `onnx.load` + `numpy_helper.to_array` of every initializer; and the daemon's
+//!     resident memory right after mounting a 1.94 GiB single-file model (sparse), against after
+//!     mounting the external-data model.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
 //! item 11's with torch, `benches/checkpoints.py`); `mounts.rs` mounts them (on the tests' daemon
 //! runner, `tests/common/daemon.rs`) and undoes every mount on exit or signal; `measure.rs` holds
 //! the timed operations and the statistics; `cases/` the rows (`reads.rs` items 1-5 and 7,
-//! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11, `gguf.rs` 13);
+//! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11, `gguf.rs` 13,
+//! `onnx.rs` 14);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]
@@ -110,7 +118,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cases::{Bench, build_gguf};
+use cases::{Bench, build_gguf, build_onnx};
 use fixtures::{Sizes, build_data, build_large, build_pickle};
 use mounts::{CleanupGuard, Tuning, install_signal_cleanup, registry};
 use report::print_table;
@@ -271,6 +279,7 @@ fn run() -> Res<()> {
     let large = build_large(&root, &sz)?;
     let pickle = build_pickle(&root, &sz, python.as_deref());
     let gguf = build_gguf(&root, opts.quick);
+    let onnx = build_onnx(&root, opts.quick, python.as_deref());
     // Flush the local baseline's inodes and xattr blocks now, so no writeback runs during the
     // measurements (and the final removal does not wait for it).
     let rootf = File::open(&root).map_err(err(root.display()))?;
@@ -296,6 +305,7 @@ fn run() -> Res<()> {
         large,
         pickle,
         gguf,
+        onnx,
         mnt,
         mnt_large,
         python,

@@ -1,17 +1,19 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
 //! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10),
-//! `pickle.rs` (11), `integrity.rs` (12) and `gguf.rs` (13).
+//! `pickle.rs` (11), `integrity.rs` (12), `gguf.rs` (13) and `onnx.rs` (14).
 
 mod gguf;
 mod integrity;
 mod metadata;
+mod onnx;
 mod pickle;
 mod reads;
 mod refresh;
 mod widen;
 
 pub use gguf::{GgufFixture, build_gguf};
+pub use onnx::{OnnxFixture, build_onnx};
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -35,6 +37,8 @@ pub struct Bench {
     pub pickle: Res<PickleFixture>,
     /// Item 13's GGUF models, or why they could not be written.
     pub gguf: Res<GgufFixture>,
+    /// Item 14's ONNX models, or why they could not be written.
+    pub onnx: Res<OnnxFixture>,
     pub mnt: PathBuf,
     pub mnt_large: PathBuf,
     pub python: Option<PathBuf>,
@@ -292,6 +296,10 @@ impl Bench {
             self.gguf_dequantize(&mut rows);
             self.progress("13: GGUF models");
             self.gguf_models(&mut rows);
+        }
+        if self.wants(&["14"]) {
+            self.progress("14: ONNX");
+            self.onnx(&mut rows);
         }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
