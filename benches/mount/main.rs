@@ -123,7 +123,7 @@ use fixtures::{Sizes, build_data, build_large, build_pickle};
 use mounts::{CleanupGuard, Tuning, install_signal_cleanup, registry};
 use report::print_table;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tensormount");
+pub const BIN: &str = env!("CARGO_BIN_EXE_tensormount");
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::node::{Content, Node, presented};
-use crate::format::Tensor;
 use crate::format::widen::Widening;
+use crate::format::{Part, Tensor};
 use crate::npy;
 use crate::source::{Body, Piece, ReadError, Reading, Source, Stored, Wait};
 
@@ -50,24 +50,34 @@ impl Node {
                 let end = offset
                     .saturating_add(size - head.len() as u64)
                     .min(file.data_len);
+                let parts = file.parts[file.part_at(offset)..]
+                    .iter()
+                    .take_while(|part| part.start < end);
+                // Each tensor is read where it lies: the checkpoint, or a data file it names.
+                let lies = |part: &Part| part.tensor.file.and_then(|k| data.get(k as usize));
+                // A read whose tensors all lie in one file reads that file as one body (the fast
+                // paths); one whose tensors lie in several gives each piece its own.
+                let first = parts.clone().next().and_then(lies);
+                let one = parts
+                    .clone()
+                    .all(|p| match (lies(p), first) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (a, b) => a.is_none() && b.is_none(),
+                    })
+                    .then(|| first.unwrap_or(source));
+                let body = one.unwrap_or(source);
                 let mut pieces = Vec::new();
-                for part in &file.parts[file.part_at(offset)..] {
-                    if part.start >= end {
-                        break;
-                    }
+                for part in parts {
                     let from = offset.max(part.start) - part.start;
                     let to = end.min(part.end()) - part.start;
-                    // A tensor in a data file is read from there.
-                    let p = match part.tensor.file.and_then(|k| data.get(k as usize)) {
-                        Some(elsewhere) => Piece {
-                            source: Some(elsewhere.clone()),
-                            ..piece(elsewhere, &part.tensor, part.widen, from, to - from)
-                        },
-                        None => piece(source, &part.tensor, part.widen, from, to - from),
-                    };
+                    let at = lies(part).unwrap_or(source);
+                    let mut p = piece(at, &part.tensor, part.widen, from, to - from);
+                    if one.is_none() {
+                        p.source = Some(at.clone());
+                    }
                     pieces.push(p);
                 }
-                reading(source, Cow::Borrowed(head), pieces)
+                reading(body, Cow::Borrowed(head), pieces)
             }
             Content::Tensor {
                 source,

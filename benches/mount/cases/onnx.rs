@@ -132,6 +132,80 @@ impl Bench {
             base_what: "onnx.load(load_external_data=False) + list",
         });
 
+        // As a user at a shell waits for it: a whole command each, interpreter start included.
+        let py = self.python.clone().unwrap_or_default();
+        let command = |program: &Path, args: &[&OsStr]| {
+            self.sample(|| {
+                let start = Instant::now();
+                let out = Command::new(program)
+                    .args(args)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .status()
+                    .map_err(err(program.display()))?;
+                match out.success() {
+                    true => Ok(start.elapsed().as_secs_f64()),
+                    false => Err(format!("{} failed", program.display())),
+                }
+            })
+        };
+        let list_json = command(
+            Path::new(crate::BIN),
+            &["--list".as_ref(), "--json".as_ref(), e.dir.as_os_str()],
+        );
+        let s = script();
+        let python_cmd = command(
+            &py,
+            &[
+                s.as_os_str(),
+                "parse".as_ref(),
+                e.file.as_os_str(),
+                "1".as_ref(),
+            ],
+        );
+        rows.push(Row {
+            id: "14",
+            case: format!(
+                "ONNX: tensormount --list --json, a whole command ({what}, external data)"
+            ),
+            unit: Unit::Secs,
+            tm: Cell::from(list_json),
+            base: Cell::from(python_cmd),
+            base_what: "python: import onnx, onnx.load(load_external_data=False) + list",
+        });
+        // A single-file model: its parse alone reads every byte.
+        let single = &o.single;
+        let single_parse = self.onnx_passes(
+            "parse",
+            &single.file,
+            self.runs_total(),
+            (single.bytes, single.tensors),
+        );
+        let single_listed = self.sample(|| {
+            let m = Mount::new(&single.dir, &self.mnt, self.tuning, "")?;
+            let start = Instant::now();
+            let n = list(&m.path("model.tensors"))?;
+            let took = m.took.as_secs_f64() + start.elapsed().as_secs_f64();
+            m.unmount()?;
+            match n == single.tensors {
+                true => Ok(took),
+                false => Err(format!("model.tensors/ lists {n}, not {}", single.tensors)),
+            }
+        });
+        rows.push(Row {
+            id: "14",
+            case: format!(
+                "ONNX: mount + list model.tensors/ with dtype and shape ({} tensors, {} F32, one \
+                 file, sparse)",
+                single.tensors,
+                fmt_size(single.bytes)
+            ),
+            unit: Unit::Secs,
+            tm: Cell::from(single_listed),
+            base: Cell::from(self.after_warmup(single_parse)),
+            base_what: "onnx.load(load_external_data=False) + list",
+        });
+
         let gb = Self::gbps(e.bytes);
         let to_array = self.onnx_passes("to_array", &e.file, self.runs_total(), expected);
         let runs = self.cold_warm_on(&e.dir, "", e.bytes, |m| {
