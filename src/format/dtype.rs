@@ -55,6 +55,9 @@ pub struct Block {
     /// many whole blocks) of type `id`, false if it cannot; `None` for a type no decoder is
     /// known for.
     pub decode: Option<Decode>,
+    /// The xattr of a tensor file of this type that says `[ELEMENTS,BYTES]` of a block (its
+    /// format's: `user.gguf.block`, `user.onnx.packed`).
+    pub xattr: &'static str,
 }
 
 /// A block type's decoder: fills `out` with the float32 values of `blocks` of type `id`.
@@ -191,6 +194,7 @@ mod tests {
             elements: 32,
             bytes: 34,
             decode: None,
+            xattr: "user.test.block",
         };
         let q = Dtype::Block(&Q);
         assert_eq!(q.name(), "Q8_0");

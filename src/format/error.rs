@@ -10,7 +10,9 @@ use ::safetensors::SafeTensorError;
 /// Length of the little-endian header-length prefix of a safetensors file.
 pub(super) const PREFIX_LEN: u64 = 8;
 
-/// Why a file is not a valid file of its format.
+/// Why a file is not a valid file of its format: an I/O error, each reader's own error (the
+/// safetensors reader's `Invalid` and `Short`, checked by the official crate; `Pytorch`, `Gguf`,
+/// `Onnx`), or a file of another kind than its name says (`Foreign`).
 #[derive(Debug)]
 pub enum FormatError {
     /// The file could not be read.
@@ -26,10 +28,10 @@ pub enum FormatError {
         data: u64,
         present: u64,
     },
-    /// A PyTorch checkpoint that cannot be read: the rule it breaks (a short name, as the
+    /// A PyTorch checkpoint that cannot be read (the PyTorch reader's error): the rule it breaks (a short name, as the
     /// crate's rules have), what was found, and whether it ends too soon (what a file still being
     /// written looks like).
-    Checkpoint {
+    Pytorch {
         path: PathBuf,
         rule: &'static str,
         what: String,
@@ -172,7 +174,7 @@ impl FormatError {
                 "the file ends before its data: {data} bytes described, {present} there \
                  ({CUT_SHORT}) [MetadataIncompleteBuffer]"
             ),
-            FormatError::Checkpoint {
+            FormatError::Pytorch {
                 rule,
                 what,
                 cut_short,
@@ -217,7 +219,7 @@ impl FormatError {
             FormatError::Io(..) => None,
             FormatError::Invalid(_, e, _) => Some(rule_name(e)),
             FormatError::Short { .. } => Some("MetadataIncompleteBuffer".into()),
-            FormatError::Checkpoint { rule, .. } => Some((*rule).into()),
+            FormatError::Pytorch { rule, .. } => Some((*rule).into()),
             FormatError::Gguf(_, e) => Some(e.rule().into()),
             FormatError::Onnx(_, e) => Some(e.rule().into()),
             FormatError::Foreign(_) => None,
@@ -229,7 +231,7 @@ impl FormatError {
             FormatError::Io(p, _)
             | FormatError::Invalid(p, ..)
             | FormatError::Short { path: p, .. }
-            | FormatError::Checkpoint { path: p, .. }
+            | FormatError::Pytorch { path: p, .. }
             | FormatError::Gguf(p, _)
             | FormatError::Onnx(p, _)
             | FormatError::Foreign(p) => p,
@@ -247,7 +249,7 @@ impl FormatError {
         matches!(
             self,
             FormatError::Short { .. }
-                | FormatError::Checkpoint {
+                | FormatError::Pytorch {
                     cut_short: true,
                     ..
                 }

@@ -35,6 +35,11 @@ struct Spec {
     /// Whether its numbered files (`NAME-00001-of-00003`) are a set with no index, merged into
     /// `NAME.tensors/` (split GGUF models, as `gguf-split` writes them).
     numbered: bool,
+    /// The keys its files say their place in a numbered set with ([`Split`]'s `no`, `count`
+    /// and `tensors`), for messages.
+    ///
+    /// [`Split`]: super::description::Split
+    split_keys: [&'static str; 3],
     /// Whether its files are safetensors files themselves: no conversion, and tensor offsets
     /// relative to a safetensors header's data buffer (`user.safetensors.data_offsets`).
     native: bool,
@@ -52,6 +57,14 @@ struct Spec {
     read: fn(&File, &Path) -> Result<Description, FormatError>,
 }
 
+/// `name` without `suffix`, which ends it in any case.
+fn strip_suffix_any_case<'n>(name: &'n [u8], suffix: &str) -> Option<&'n [u8]> {
+    let at = name.len().checked_sub(suffix.len())?;
+    name[at..]
+        .eq_ignore_ascii_case(suffix.as_bytes())
+        .then(|| &name[..at])
+}
+
 /// The stem a virtual safetensors file keeps: the checkpoint's own.
 fn same_stem(stem: &[u8]) -> Vec<u8> {
     stem.to_vec()
@@ -64,6 +77,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     data_suffixes: &[],
     index_infix: Some(".safetensors.index."),
     numbered: false,
+    split_keys: [""; 3],
     toggle: None,
     native: true,
     empty_dir: true,
@@ -80,6 +94,7 @@ pub const PYTORCH: Format = Format(&Spec {
     data_suffixes: &[],
     index_infix: Some(".bin.index."),
     numbered: false,
+    split_keys: [""; 3],
     toggle: Some((
         "pickle",
         "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors \
@@ -101,6 +116,7 @@ pub const GGUF: Format = Format(&Spec {
     data_suffixes: &[],
     index_infix: None,
     numbered: true,
+    split_keys: ["split.no", "split.count", "split.tensors.count"],
     toggle: Some((
         "gguf",
         "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
@@ -122,6 +138,7 @@ pub const ONNX: Format = Format(&Spec {
     data_suffixes: &[".onnx_data", ".onnx.data"],
     index_infix: None,
     numbered: false,
+    split_keys: [""; 3],
     toggle: Some((
         "onnx",
         "ONNX models (.onnx) get NAME.tensors/ with one raw file per tensor (initializers and \
@@ -142,12 +159,14 @@ impl Format {
     pub const ALL: [Format; 4] = [SAFETENSORS, PYTORCH, GGUF, ONNX];
 
     /// The format a file's name says, with the stem its tensor directory is named after
-    /// (`model.safetensors` gives `model`, hence `model.tensors/`).
+    /// (`model.safetensors` gives `model`, hence `model.tensors/`). A suffix matches in any case,
+    /// and the stem keeps its own (`MODEL.PT` gives `MODEL`): a reader such as `torch.load` never
+    /// looks at the name, so neither does the choice of the file's reader.
     pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
         Format::ALL.into_iter().find_map(|f| {
             f.0.suffixes
                 .iter()
-                .find_map(|suffix| file_name.strip_suffix(suffix.as_bytes()))
+                .find_map(|suffix| strip_suffix_any_case(file_name, suffix))
                 .filter(|stem| f.0.native || !stem.is_empty())
                 .map(|stem| (f, stem))
         })
@@ -185,6 +204,11 @@ impl Format {
         self.0.toggle.map(|(name, _)| name)
     }
 
+    /// The keys its files say their place in a numbered set with: `no`, `count`, `tensors`.
+    pub fn split_keys(self) -> [&'static str; 3] {
+        self.0.split_keys
+    }
+
     /// Its toggle and what the toggle does, for the help.
     pub fn toggle_help(self) -> Option<(&'static str, &'static str)> {
         self.0.toggle
@@ -203,10 +227,14 @@ impl Format {
 
     /// The numbered set a file of this format with stem `stem` is a shard of, for a format whose
     /// numbered files are a set without an index.
-    pub fn numbered(self, stem: &[u8]) -> Option<Numbered> {
+    pub fn numbered(self, file_name: &[u8]) -> Option<Numbered> {
         if !self.0.numbered {
             return None;
         }
+        let (stem, suffix) = self.0.suffixes.iter().find_map(|s| {
+            let stem = strip_suffix_any_case(file_name, s)?;
+            Some((stem, &file_name[stem.len()..]))
+        })?;
         let digits = |b: &[u8]| -> Option<u32> {
             let ok = b.len() == 5 && b.iter().all(u8::is_ascii_digit);
             std::str::from_utf8(b).ok().filter(|_| ok)?.parse().ok()
@@ -219,14 +247,14 @@ impl Format {
             base: base.to_vec(),
             no,
             count,
+            suffix: suffix.to_vec(),
         })
     }
 
-    /// The file name of shard `no` of `set`.
+    /// The file name of shard `no` of `set`, with the suffix its shard had, in its case.
     pub fn shard_name(self, set: &Numbered, no: u32) -> Vec<u8> {
-        let suffix = self.0.suffixes.first().copied().unwrap_or_default();
-        let tail = format!("-{no:05}-of-{:05}{suffix}", set.count);
-        [&set.base[..], tail.as_bytes()].concat()
+        let tail = format!("-{no:05}-of-{:05}", set.count);
+        [&set.base[..], tail.as_bytes(), &set.suffix].concat()
     }
 
     /// Reads `file` (whose path is `path`, for messages) as a file of this format.
@@ -288,6 +316,8 @@ pub struct Numbered {
     /// From 1.
     pub no: u32,
     pub count: u32,
+    /// The suffix of its shards' names, in the case the shard found had it (`.gguf`, `.GGUF`).
+    pub suffix: Vec<u8>,
 }
 
 /// What an index file's name says: the format of its shards, the merged directory it asks for,
@@ -381,9 +411,12 @@ mod tests {
 
     #[test]
     fn numbered_shards_are_named_as_gguf_split_names_them() {
-        let set = GGUF.numbered(b"llama-7b-00002-of-00003").unwrap();
+        let set = GGUF.numbered(b"llama-7b-00002-of-00003.gguf").unwrap();
         assert_eq!((&set.base[..], set.no, set.count), (&b"llama-7b"[..], 2, 3));
         assert_eq!(GGUF.shard_name(&set, 1), b"llama-7b-00001-of-00003.gguf");
+        // The suffix in the case the shard has it.
+        let set = GGUF.numbered(b"Llama-00001-of-00002.GGUF").unwrap();
+        assert_eq!(GGUF.shard_name(&set, 2), b"Llama-00002-of-00002.GGUF");
         for stem in [
             &b"m-00004-of-00003"[..],
             b"m-00000-of-00003",
@@ -394,14 +427,17 @@ mod tests {
             b"model",
         ] {
             assert_eq!(
-                GGUF.numbered(stem),
+                GGUF.numbered(&[stem, b".gguf"].concat()),
                 None,
                 "{}",
                 String::from_utf8_lossy(stem)
             );
         }
         // Safetensors shards are a set through their index only.
-        assert_eq!(SAFETENSORS.numbered(b"model-00001-of-00002"), None);
+        assert_eq!(
+            SAFETENSORS.numbered(b"model-00001-of-00002.safetensors"),
+            None
+        );
     }
 
     #[test]

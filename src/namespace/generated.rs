@@ -253,7 +253,7 @@ impl Step<'_> {
                             }
                             _ => {}
                         }
-                        let first = format.numbered(stem).filter(|s| s.no == 1 && s.count > 1);
+                        let first = format.numbered(name).filter(|s| s.no == 1 && s.count > 1);
                         if let Some(set) = first {
                             let dir = [&set.base[..], b".tensors"].concat();
                             wants.push(Want {
@@ -512,7 +512,7 @@ impl Step<'_> {
         files: &'f [(Arc<[u8]>, Arc<Source>)],
     ) -> Option<Drafted<Slot<'f>>> {
         let (name, source) = &files[want.file];
-        let set = Format::of(name).and_then(|(_, stem)| format.numbered(stem))?;
+        let set = format.numbered(name)?;
         let merged = numbered::check(format, &set, |n| {
             let (n, s) = files.iter().find(|(f, _)| &f[..] == n)?;
             let settled = !self.in_flux(n);

@@ -22,6 +22,7 @@ pub fn check<'a>(
     // Each tensor name, with the shard it was found in.
     let mut seen: HashMap<&str, String> = HashMap::new();
     let mut claimed = None;
+    let [no_key, count_key, tensors_key] = format.split_keys();
     for no in 1..=set.count {
         let name = format.shard_name(set, no);
         let shard = String::from_utf8_lossy(&name).into_owned();
@@ -42,14 +43,14 @@ pub fn check<'a>(
             Some(s) if s.no + 1 == u64::from(no) && s.count == u64::from(set.count) => {}
             Some(s) => {
                 return Err(wrong(format!(
-                    "says it is shard {} of {} (split.no {}, split.count {})",
+                    "says it is shard {} of {} ({no_key} {}, {count_key} {})",
                     s.no.saturating_add(1),
                     s.count,
                     s.no,
                     s.count
                 )));
             }
-            None => return Err(wrong("has no split.no and split.count".into())),
+            None => return Err(wrong(format!("has no {no_key} and {count_key}"))),
         }
         if no == 1 {
             claimed = d.split.and_then(|s| s.tensors);
@@ -69,7 +70,7 @@ pub fn check<'a>(
         return Err(SetError::Numbered {
             shard: String::from_utf8_lossy(&format.shard_name(set, 1)).into_owned(),
             why: format!(
-                "says the set has {n} tensors (split.tensors.count), its shards hold {}",
+                "says the set has {n} tensors ({tensors_key}), its shards hold {}",
                 entries.len()
             ),
         });

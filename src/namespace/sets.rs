@@ -48,9 +48,9 @@ pub enum SetError {
     Index(Arc<PlanError>),
     /// A shard the index names is not a file of its directory.
     ShardMissing(String),
-    /// A shard the index names is not named `*.safetensors` (or as a PyTorch checkpoint, while
-    /// those are read).
-    NotSafetensors(String),
+    /// A shard the index names is not named as a file of the format its index is for (or that
+    /// format is not read).
+    WrongFormat(String),
     /// A shard is still being written (no problem yet: it may settle).
     ShardSettling(String),
     /// A shard is not a valid file of its format (named).
@@ -80,7 +80,7 @@ impl SetError {
             SetError::ShardSettling(_) => true,
             SetError::Index(_)
             | SetError::ShardMissing(_)
-            | SetError::NotSafetensors(_)
+            | SetError::WrongFormat(_)
             | SetError::ShardInvalid(..)
             | SetError::Numbered { .. }
             | SetError::Unlisted { .. }
@@ -98,8 +98,11 @@ impl fmt::Display for SetError {
             SetError::ShardMissing(shard) => {
                 write!(f, "shard `{shard}` named in weight_map is missing")
             }
-            SetError::NotSafetensors(shard) => {
-                write!(f, "shard `{shard}` is not a .safetensors file")
+            SetError::WrongFormat(shard) => {
+                write!(
+                    f,
+                    "shard `{shard}` is not a file of the format its index is for"
+                )
             }
             SetError::ShardSettling(shard) => write!(f, "shard `{shard}` is being written"),
             SetError::ShardInvalid(shard, format) => {
@@ -172,7 +175,7 @@ fn usable<'a>(
         return Err(SetError::ShardMissing(shard.to_string()));
     };
     let Some(format) = f.format else {
-        return Err(SetError::NotSafetensors(shard.to_string()));
+        return Err(SetError::WrongFormat(shard.to_string()));
     };
     if !f.settled {
         return Err(SetError::ShardSettling(shard.to_string()));

@@ -72,19 +72,27 @@ const TENSOR: &[(&str, Value)] = &[
     ("user.safetensors.npy_header_len", |t| {
         t.npy_header.map(|n| n.to_string().into_bytes())
     }),
-    // The elements and bytes of a block of a packed block type (a GGUF quantized type).
-    ("user.gguf.block", |t| match t.tensor.dtype {
-        Dtype::Block(b) => Some(format!("[{},{}]", b.elements, b.bytes).into_bytes()),
-        _ => None,
-    }),
     // The kind of checkpoint, for tensors of a format other than safetensors.
     ("user.tensormount.format", |t| {
         t.source
-            .kind()
-            .filter(|k| *k != "safetensors")
+            .format()
+            .filter(|f| !f.native())
+            .and(t.source.kind())
             .map(|k| k.as_bytes().to_vec())
     }),
 ];
+
+/// The elements and bytes of a block of a packed block type (a GGUF quantized type, ONNX's 4-bit
+/// types), under its format's name for it: the tensor file's attribute after [`TENSOR`]'s.
+fn block(t: &TensorFile) -> Option<(&'static str, Vec<u8>)> {
+    match t.tensor.dtype {
+        Dtype::Block(b) => Some((
+            b.xattr,
+            format!("[{},{}]", b.elements, b.bytes).into_bytes(),
+        )),
+        _ => None,
+    }
+}
 
 /// A mirrored file's attribute: why it is not interpreted as its name says.
 /// The error attribute of a file no format claims.
@@ -130,6 +138,7 @@ impl Node {
                 .iter()
                 .filter(|(_, value)| value(&t).is_some())
                 .map(|(name, _)| name.to_string())
+                .chain(block(&t).map(|(name, _)| name.to_string()))
                 .collect();
         }
         match &self.content {
@@ -150,8 +159,10 @@ impl Node {
             return d.xattrs.get(name).map(|v| v.clone().into_bytes());
         }
         if let Some(t) = self.tensor_file() {
-            let (_, value) = TENSOR.iter().find(|(k, _)| *k == name)?;
-            return value(&t);
+            if let Some((_, value)) = TENSOR.iter().find(|(k, _)| *k == name) {
+                return value(&t);
+            }
+            return block(&t).filter(|(k, _)| *k == name).map(|(_, v)| v);
         }
         match &self.content {
             Content::Mirror { error: Some(e), .. } if name == error_name(&self.name) => {

@@ -174,6 +174,13 @@ def write(out, marker):
     c.prove(path, True)
     result["trap_hex_int.pt"] = {"named": "os.system"}
 
+    # A suffix in upper case (torch.load never looks at the name).
+    path = os.path.join(out, "trap_upper_suffix.PT")
+    torch.save(sd, path)
+    with_prefix(path, called(b"cos\nsystem\n", touch))
+    c.prove(path, True)
+    result["trap_upper_suffix.PT"] = {"named": "os.system"}
+
     # A trap with no tensors at all.
     path = os.path.join(out, "trap_no_tensors.pt")
     torch.save({"note": Call(os.system, touch)}, path)

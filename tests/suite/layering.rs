@@ -48,6 +48,99 @@ fn module_of(file: &Path) -> ModPath {
     parts
 }
 
+/// Outside `src/format/` (the command line's help text aside) no string names a particular format
+/// either: neither a format's name (but safetensors', the mount's own output), nor the prefix of
+/// its metadata xattrs (but `user.safetensors.`), nor a key its files say their place in a set
+/// with. What each format declares comes from the registry, asked. (Tests, whose fixtures are
+/// files of the formats, are left out.)
+#[test]
+fn no_string_outside_format_names_a_format() {
+    use tensormount::format::Format;
+    let mut words: Vec<String> = Vec::new();
+    for f in Format::ALL.into_iter().filter(|f| !f.native()) {
+        words.push(f.name().to_string());
+        let prefix = f.metadata_xattr("");
+        if !prefix.starts_with("user.safetensors.") {
+            words.push(prefix);
+        }
+        words.extend(
+            f.split_keys()
+                .iter()
+                .filter(|k| !k.is_empty())
+                .map(|k| k.to_string()),
+        );
+    }
+    let root = src();
+    let mut all = Vec::new();
+    rust_files(&root, &mut all);
+    let mut found = Vec::new();
+    for file in all {
+        let rel = file.strip_prefix(&root).unwrap();
+        let test_file = rel.components().any(|c| c.as_os_str() == "tests")
+            || rel.file_name().is_some_and(|n| n == "tests.rs");
+        if rel.starts_with("format") || rel == Path::new("cli.rs") || test_file {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        // Up to its inline test module, if it has one.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (line, literal) in literals(text) {
+            let lower = literal.to_ascii_lowercase();
+            for w in &words {
+                let named = lower.match_indices(&w.to_ascii_lowercase()).any(|(at, _)| {
+                    let before = lower[..at].chars().last();
+                    let after = lower[at + w.len()..].chars().next();
+                    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !word(before) && !word(after)
+                });
+                if named {
+                    found.push(format!("{}:{line}: {literal:?} names {w:?}", rel.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "formats named by strings outside src/format/:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The string literals of a Rust file (comments left out), each with its line: what [`code`]
+/// blanks.
+fn literals(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    let line = |i: usize| text[..i].matches('\n').count() + 1;
+    while i < b.len() {
+        let rest = &text[i..];
+        if rest.starts_with("//") {
+            i += rest.find('\n').unwrap_or(rest.len());
+        } else if rest.starts_with("/*") {
+            i += rest.find("*/").map_or(rest.len(), |e| e + 2);
+        } else if let Some(hashes) = raw_string_start(rest) {
+            let close = format!("\"{}", "#".repeat(hashes));
+            let body = rest.find('"').unwrap_or(0) + 1;
+            let end = rest[body..].find(&close).map_or(rest.len(), |e| body + e);
+            out.push((line(i), rest[body..end].to_string()));
+            i += end + close.len();
+        } else if b[i] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            out.push((line(i), text[i + 1..j.min(b.len())].to_string()));
+            i = j + 1;
+        } else if b[i] == b'\'' && char_literal_len(rest).is_some() {
+            i += char_literal_len(rest).unwrap();
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    out
+}
+
 /// The code of a Rust file with comments, string and character literals blanked out.
 fn code(text: &str) -> String {
     let b = text.as_bytes();

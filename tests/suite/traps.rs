@@ -146,7 +146,7 @@ fn single_file_is_named(file: &Path, named: Option<&str>) {
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn traps_off_every_deny_list_are_named_and_real_checkpoints_are_not() {
-    traps_are_named("traps.py", 32, true, |_, _, _| {});
+    traps_are_named("traps.py", 33, true, |_, _, _| {});
 }
 
 /// The scanners' own corpora: picklescan's test samples (by protocol, by opcode: INST, OBJ,

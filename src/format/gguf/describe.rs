@@ -127,6 +127,7 @@ fn dtype(ty: GgmlType) -> Dtype {
                 elements: t.block_elements(),
                 bytes: t.block_bytes(),
                 decode: t.can_dequantize().then_some(decode as Decode),
+                xattr: "user.gguf.block",
             })
             .collect()
     });

@@ -57,7 +57,8 @@ impl Storage {
     }
 }
 
-/// ONNX's element types without a safetensors dtype: packed two or four to a byte.
+/// ONNX's element types without a safetensors dtype: packed two or four to a byte, which their
+/// tensor files' `user.onnx.packed` says (`[2,1]`: two elements a byte).
 static UINT4: Block = packed("UINT4", 21, 2);
 static INT4: Block = packed("INT4", 22, 2);
 static UINT2: Block = packed("UINT2", 25, 4);
@@ -70,6 +71,7 @@ const fn packed(name: &'static str, id: u32, elements: u32) -> Block {
         elements,
         bytes: 1,
         decode: None,
+        xattr: "user.onnx.packed",
     }
 }
 

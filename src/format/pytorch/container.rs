@@ -39,7 +39,7 @@ pub(super) fn checkpoint(
     what: impl Into<String>,
     cut_short: bool,
 ) -> FormatError {
-    FormatError::Checkpoint {
+    FormatError::Pytorch {
         path: path.to_path_buf(),
         rule,
         what: what.into(),
@@ -62,7 +62,7 @@ pub(super) fn trap(globals: &[String]) -> String {
 /// refusal of a trap (naming the other rule after); `e` itself if there are none.
 pub(super) fn refused_trap(path: &Path, globals: &[String], e: FormatError) -> FormatError {
     match e {
-        FormatError::Checkpoint { rule, what, .. } if !globals.is_empty() && rule != UNSAFE => {
+        FormatError::Pytorch { rule, what, .. } if !globals.is_empty() && rule != UNSAFE => {
             checkpoint(
                 path,
                 UNSAFE,
@@ -85,12 +85,12 @@ pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatErr
                 "{part}: calls {} before it breaks a rule ({e}: {}); nothing was run, the file is \
                  not offered as safetensors",
                 e.unsafe_globals.join(", "),
-                e.rule
+                e.rule.name()
             ),
             false,
         );
     }
-    checkpoint(path, e.rule, format!("{part}: {e}"), e.cut_short())
+    checkpoint(path, e.rule.name(), format!("{part}: {e}"), e.cut_short())
 }
 
 /// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.

@@ -88,7 +88,7 @@ fn read_pickles(
     let rest = match next("the main pickle", &mut at)
         .and_then(|main| Ok((main, next("the list of storage keys", &mut at)?)))
     {
-        Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) => return Err(e),
+        Err(e @ FormatError::Pytorch { rule: UNSAFE, .. }) => return Err(e),
         rest => rest,
     };
     if big_endian {

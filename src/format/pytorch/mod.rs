@@ -81,10 +81,10 @@ fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
                 danger::unsafe_globals(&p.values, &mut unsafe_globals);
                 at += p.consumed as u64;
             }
-            Err(e @ FormatError::Checkpoint { rule: UNSAFE, .. }) if unsafe_globals.is_empty() => {
+            Err(e @ FormatError::Pytorch { rule: UNSAFE, .. }) if unsafe_globals.is_empty() => {
                 return e;
             }
-            Err(FormatError::Checkpoint {
+            Err(FormatError::Pytorch {
                 rule: UNSAFE, what, ..
             }) => {
                 failed = Some(what);

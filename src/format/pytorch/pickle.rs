@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use super::danger::unsafe_globals;
 use super::rebinding::{self, Rebinding, Setter, state_pairs};
 use super::text::{TextInt, int_line, long_line, minimal, raw_unicode_escape, unquote};
-pub(super) use super::value::{Added, FALSE, Id, NONE, Pickle, PickleError, SeqKind, TRUE, Value};
+pub(super) use super::value::{
+    Added, FALSE, Id, NONE, Pickle, PickleError, PickleRule, SeqKind, TRUE, Value,
+};
 
 /// Most values one pickle may make (beyond that the input is not a checkpoint's pickle).
 const MAX_VALUES: usize = 1 << 25;
@@ -82,7 +84,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn error(&self, rule: &'static str, what: impl Into<String>) -> PickleError {
+    fn error(&self, rule: PickleRule, what: impl Into<String>) -> PickleError {
         PickleError {
             rule,
             at: self.op_at,
@@ -100,7 +102,7 @@ impl<'a> Machine<'a> {
                 Ok(bytes)
             }
             None => Err(self.error(
-                "Truncated",
+                PickleRule::Truncated,
                 format!("the pickle ends inside the opcode (wants {n} more bytes)"),
             )),
         }
@@ -108,7 +110,7 @@ impl<'a> Machine<'a> {
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
         let bytes = self.take(N)?;
-        <[u8; N]>::try_from(bytes).map_err(|_| self.error("Truncated", "short read"))
+        <[u8; N]>::try_from(bytes).map_err(|_| self.error(PickleRule::Truncated, "short read"))
     }
 
     fn byte(&mut self) -> Result<u8, PickleError> {
@@ -121,7 +123,7 @@ impl<'a> Machine<'a> {
         match usize::try_from(len) {
             Ok(len) if len <= left => Ok(len),
             _ => Err(self.error(
-                "Truncated",
+                PickleRule::Truncated,
                 format!("a length of {len} bytes where {left} remain"),
             )),
         }
@@ -136,7 +138,7 @@ impl<'a> Machine<'a> {
                 self.pos += 1;
                 Ok(line)
             }
-            None => Err(self.error("Truncated", "the pickle ends inside a text line")),
+            None => Err(self.error(PickleRule::Truncated, "the pickle ends inside a text line")),
         }
     }
 
@@ -146,7 +148,10 @@ impl<'a> Machine<'a> {
 
     fn make(&mut self, value: Value) -> Result<Id, PickleError> {
         if self.values.len() >= self.max_values {
-            return Err(self.error("TooManyValues", "more values than the pickle's size allows"));
+            return Err(self.error(
+                PickleRule::TooManyValues,
+                "more values than the pickle's size allows",
+            ));
         }
         let id = self.values.len() as Id;
         self.values.push(value);
@@ -155,7 +160,7 @@ impl<'a> Machine<'a> {
 
     fn push(&mut self, id: Id) -> Result<(), PickleError> {
         if self.stack.len() >= MAX_STACK {
-            return Err(self.error("StackTooDeep", "the stack outgrows its limit"));
+            return Err(self.error(PickleRule::StackTooDeep, "the stack outgrows its limit"));
         }
         self.stack.push(id);
         Ok(())
@@ -173,26 +178,37 @@ impl<'a> Machine<'a> {
 
     fn pop(&mut self) -> Result<Id, PickleError> {
         if self.stack.len() <= self.floor() {
-            return Err(self.error("StackUnderflow", "an opcode pops from an empty stack"));
+            return Err(self.error(
+                PickleRule::StackUnderflow,
+                "an opcode pops from an empty stack",
+            ));
         }
-        self.stack
-            .pop()
-            .ok_or_else(|| self.error("StackUnderflow", "an opcode pops from an empty stack"))
+        self.stack.pop().ok_or_else(|| {
+            self.error(
+                PickleRule::StackUnderflow,
+                "an opcode pops from an empty stack",
+            )
+        })
     }
 
     fn top(&self) -> Result<Id, PickleError> {
         match self.stack.last() {
             Some(&id) if self.stack.len() > self.floor() => Ok(id),
-            _ => Err(self.error("StackUnderflow", "an opcode needs a value on the stack")),
+            _ => Err(self.error(
+                PickleRule::StackUnderflow,
+                "an opcode needs a value on the stack",
+            )),
         }
     }
 
     /// The items pushed since the last `MARK`, which is removed.
     fn pop_mark(&mut self) -> Result<Vec<Id>, PickleError> {
-        let mark = self
-            .marks
-            .pop()
-            .ok_or_else(|| self.error("NoMark", "an opcode needs a MARK and there is none"))?;
+        let mark = self.marks.pop().ok_or_else(|| {
+            self.error(
+                PickleRule::NoMark,
+                "an opcode needs a MARK and there is none",
+            )
+        })?;
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
@@ -263,10 +279,9 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
-        let id = *self
-            .memo
-            .get(&key)
-            .ok_or_else(|| self.error("MemoMissing", format!("memo {key} was never set")))?;
+        let id = *self.memo.get(&key).ok_or_else(|| {
+            self.error(PickleRule::MemoMissing, format!("memo {key} was never set"))
+        })?;
         self.push(id)
     }
 
@@ -296,23 +311,26 @@ impl<'a> Machine<'a> {
 
     fn pairs(&self, items: Vec<Id>) -> Result<Vec<(Id, Id)>, PickleError> {
         if !items.len().is_multiple_of(2) {
-            return Err(self.error("OddItems", "an odd number of items for a dict"));
+            return Err(self.error(PickleRule::OddItems, "an odd number of items for a dict"));
         }
         Ok(items.chunks_exact(2).map(|p| (p[0], p[1])).collect())
     }
 
     fn int_line(&mut self, what: &str) -> Result<u64, PickleError> {
         let line = self.text_line()?;
-        line.trim()
-            .parse()
-            .map_err(|_| self.error("BadText", format!("{what} {line:?} is not an index")))
+        line.trim().parse().map_err(|_| {
+            self.error(
+                PickleRule::BadText,
+                format!("{what} {line:?} is not an index"),
+            )
+        })
     }
 
     fn step(&mut self, op: u8) -> Result<(), PickleError> {
         match op {
             b'(' => {
                 if self.marks.len() >= MAX_STACK {
-                    return Err(self.error("StackTooDeep", "too many MARKs"));
+                    return Err(self.error(PickleRule::StackTooDeep, "too many MARKs"));
                 }
                 self.marks.push(self.stack.len());
             }
@@ -351,7 +369,8 @@ impl<'a> Machine<'a> {
             }
             0x8b => {
                 let n = i32::from_le_bytes(self.array()?);
-                let n = u64::try_from(n).map_err(|_| self.error("NegativeLength", "LONG4"))?;
+                let n = u64::try_from(n)
+                    .map_err(|_| self.error(PickleRule::NegativeLength, "LONG4"))?;
                 self.long(n)?;
             }
             b'F' => {
@@ -359,7 +378,7 @@ impl<'a> Machine<'a> {
                 let v: f64 = line
                     .trim()
                     .parse()
-                    .map_err(|_| self.error("BadText", format!("FLOAT {line:?}")))?;
+                    .map_err(|_| self.error(PickleRule::BadText, format!("FLOAT {line:?}")))?;
                 self.push_new(Value::Float(v))?;
             }
             b'G' => {
@@ -369,12 +388,14 @@ impl<'a> Machine<'a> {
             // Strings and bytes.
             b'S' => {
                 let line = self.line()?;
-                let text = unquote(line).ok_or_else(|| self.error("BadText", "STRING"))?;
+                let text =
+                    unquote(line).ok_or_else(|| self.error(PickleRule::BadText, "STRING"))?;
                 self.push_new(Value::Str(text.into()))?;
             }
             b'T' => {
                 let n = i32::from_le_bytes(self.array()?);
-                let n = u64::try_from(n).map_err(|_| self.error("NegativeLength", "BINSTRING"))?;
+                let n = u64::try_from(n)
+                    .map_err(|_| self.error(PickleRule::NegativeLength, "BINSTRING"))?;
                 self.string(n)?;
             }
             b'U' => {
@@ -552,7 +573,7 @@ impl<'a> Machine<'a> {
                 let mut items = self.pop_mark()?.into_iter();
                 let callable = items
                     .next()
-                    .ok_or_else(|| self.error("StackUnderflow", "OBJ without a class"))?;
+                    .ok_or_else(|| self.error(PickleRule::StackUnderflow, "OBJ without a class"))?;
                 let args = self.make(Value::Seq(SeqKind::Tuple, items.collect()))?;
                 let id = self.call(callable, args)?;
                 self.push(id)?;
@@ -579,22 +600,22 @@ impl<'a> Machine<'a> {
             0x80 => {
                 let version = self.byte()?;
                 if version > MAX_PROTOCOL {
-                    return Err(
-                        self.error("UnsupportedProtocol", format!("pickle protocol {version}"))
-                    );
+                    return Err(self.error(
+                        PickleRule::UnsupportedProtocol,
+                        format!("pickle protocol {version}"),
+                    ));
                 }
             }
             0x95 => {
                 self.array::<8>()?;
             }
             0x97 | 0x98 => {
-                return Err(self.error(
-                    "OutOfBandBuffer",
+                return Err(self.error(PickleRule::OutOfBandBuffer,
                     "an out-of-band buffer (NEXT_BUFFER/READONLY_BUFFER), which torch.save never writes",
                 ));
             }
             _ => {
-                return Err(self.error("UnknownOpcode", format!("opcode 0x{op:02x}")));
+                return Err(self.error(PickleRule::UnknownOpcode, format!("opcode 0x{op:02x}")));
             }
         }
         Ok(())
@@ -621,7 +642,7 @@ impl<'a> Machine<'a> {
 
     fn not_an_integer(&self, line: &[u8]) -> PickleError {
         let text = String::from_utf8_lossy(line);
-        self.error("BadText", format!("{text:?} is not an integer"))
+        self.error(PickleRule::BadText, format!("{text:?} is not an integer"))
     }
 
     /// `LONG1`/`LONG4`: `n` bytes of little-endian two's complement.
@@ -842,7 +863,7 @@ mod tests {
                 String::from_utf8_lossy(quoted)
             );
         }
-        assert_eq!(err(b"S'\\x6'\n.").rule, "BadText");
+        assert_eq!(err(b"S'\\x6'\n.").rule, PickleRule::BadText);
         // A module and a name spelled in escapes are a global like any other.
         let p = run(b"S'\\157\\163'\nS'\\163ystem'\n\x93.");
         assert_eq!(p.global(p.top), Some(("os", "system")));
@@ -855,24 +876,24 @@ mod tests {
         let p = run(b"K\x01K\x02\x93.");
         assert_eq!(p.get(p.top), &Value::ComputedGlobal);
         let e = err(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R\xff");
-        assert_eq!(e.rule, "UnknownOpcode");
+        assert_eq!(e.rule, PickleRule::UnknownOpcode);
         assert_eq!(e.unsafe_globals, ["os.system"]);
         let e = err(b"\x80\x02ccollections\nOrderedDict\n)R");
-        assert_eq!(e.rule, "Truncated");
+        assert_eq!(e.rule, PickleRule::Truncated);
         assert!(e.unsafe_globals.is_empty());
     }
 
     #[test]
     fn errors_name_rule_and_offset() {
-        assert_eq!(err(b"\x80\x02\xff").rule, "UnknownOpcode");
+        assert_eq!(err(b"\x80\x02\xff").rule, PickleRule::UnknownOpcode);
         assert_eq!(err(b"\x80\x02\xff").at, 2);
-        assert_eq!(err(b"\x80\x06.").rule, "UnsupportedProtocol");
-        assert_eq!(err(b"h\x05.").rule, "MemoMissing");
-        assert_eq!(err(b"a.").rule, "StackUnderflow");
-        assert_eq!(err(b"(K\x01t0.").rule, "StackUnderflow");
-        assert_eq!(err(b"e.").rule, "NoMark");
-        assert_eq!(err(b"\x97.").rule, "OutOfBandBuffer");
-        assert_eq!(err(b"(K\x01d.").rule, "OddItems");
+        assert_eq!(err(b"\x80\x06.").rule, PickleRule::UnsupportedProtocol);
+        assert_eq!(err(b"h\x05.").rule, PickleRule::MemoMissing);
+        assert_eq!(err(b"a.").rule, PickleRule::StackUnderflow);
+        assert_eq!(err(b"(K\x01t0.").rule, PickleRule::StackUnderflow);
+        assert_eq!(err(b"e.").rule, PickleRule::NoMark);
+        assert_eq!(err(b"\x97.").rule, PickleRule::OutOfBandBuffer);
+        assert_eq!(err(b"(K\x01d.").rule, PickleRule::OddItems);
         // Huge claimed lengths fail before any allocation.
         for bomb in [
             &b"X\xff\xff\xff\xff"[..],
@@ -882,7 +903,10 @@ mod tests {
             b"T\xff\xff\xff\xff",
         ] {
             let e = err(bomb);
-            assert!(matches!(e.rule, "Truncated" | "NegativeLength"), "{e:?}");
+            assert!(
+                matches!(e.rule, PickleRule::Truncated | PickleRule::NegativeLength),
+                "{e:?}"
+            );
         }
     }
 

@@ -116,10 +116,59 @@ impl Pickle {
     }
 }
 
+/// The rules a pickle breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickleRule {
+    /// The input ends before `STOP`, or inside an opcode.
+    Truncated,
+    /// More values than the pickle's size allows.
+    TooManyValues,
+    /// The stack (or its marks) outgrows its limit.
+    StackTooDeep,
+    /// An opcode pops from an empty stack.
+    StackUnderflow,
+    /// An opcode needs a `MARK` and there is none.
+    NoMark,
+    /// A memo index that was never set.
+    MemoMissing,
+    /// An odd number of items for a dict.
+    OddItems,
+    /// A text opcode's line that does not read as its value.
+    BadText,
+    /// A negative length.
+    NegativeLength,
+    /// A protocol over 5.
+    UnsupportedProtocol,
+    /// An out-of-band buffer, which `torch.save` never writes.
+    OutOfBandBuffer,
+    /// An opcode that does not exist.
+    UnknownOpcode,
+}
+
+impl PickleRule {
+    /// Its name, as a refusal shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PickleRule::Truncated => "Truncated",
+            PickleRule::TooManyValues => "TooManyValues",
+            PickleRule::StackTooDeep => "StackTooDeep",
+            PickleRule::StackUnderflow => "StackUnderflow",
+            PickleRule::NoMark => "NoMark",
+            PickleRule::MemoMissing => "MemoMissing",
+            PickleRule::OddItems => "OddItems",
+            PickleRule::BadText => "BadText",
+            PickleRule::NegativeLength => "NegativeLength",
+            PickleRule::UnsupportedProtocol => "UnsupportedProtocol",
+            PickleRule::OutOfBandBuffer => "OutOfBandBuffer",
+            PickleRule::UnknownOpcode => "UnknownOpcode",
+        }
+    }
+}
+
 /// Why the bytes are not a pickle this machine accepts: the rule broken, at which offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PickleError {
-    pub rule: &'static str,
+    pub rule: PickleRule,
     pub at: usize,
     pub what: String,
     /// The unsafe globals the pickle named before the rule was broken ([`danger`](super::danger)):
@@ -130,7 +179,7 @@ pub struct PickleError {
 impl PickleError {
     /// Whether the input ended before `STOP`.
     pub fn cut_short(&self) -> bool {
-        self.rule == "Truncated"
+        self.rule == PickleRule::Truncated
     }
 }
 

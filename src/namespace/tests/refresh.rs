@@ -611,8 +611,8 @@ fn an_index_checked_against_its_shards_names_the_disagreement() {
             "a shard that is not a .safetensors file",
             vec![("a", "s.bin")],
             all.to_vec(),
-            |e| matches!(e, SetError::NotSafetensors(s) if s == "s.bin"),
-            "shard `s.bin` is not a .safetensors file",
+            |e| matches!(e, SetError::WrongFormat(s) if s == "s.bin"),
+            "shard `s.bin` is not a file of the format its index is for",
         ),
         (
             "a shard that is not valid",
