@@ -3,7 +3,8 @@
 //! Layers, from the bottom up, each in its own module (`doc/design.md` draws them):
 //! - [`format`]: checkpoint formats, each a reader that turns a file into a description of its
 //!   tensors (safetensors, validated by the official crate), and the exact widening of narrow
-//!   floats and packed blocks ([`format::widen`]); [`index`]: the index of a sharded set;
+//!   floats and packed blocks ([`format::widen`]), the index of a sharded set
+//!   ([`format::index`]);
 //!   [`names`] and [`npy`]: tensor names as file names, and NPY headers;
 //! - [`source`]: source files opened, interpreted, kept open within bounds, leased and read, owned
 //!   by one [`source::Sources`] value;
@@ -34,7 +35,6 @@ mod digest;
 pub mod format;
 mod fs;
 mod fuse;
-pub mod index;
 mod inotify;
 mod integrity;
 mod invalidate;

@@ -191,7 +191,7 @@ impl Format {
     }
 
     /// Its index in [`Format::ALL`].
-    pub fn index(self) -> usize {
+    pub fn position(self) -> usize {
         Format::ALL.iter().position(|f| *f == self).unwrap_or(0)
     }
 
@@ -383,7 +383,7 @@ mod tests {
         assert_eq!(Format::of(b"config.json"), None);
         assert_eq!(Format::for_source(b"weights"), SAFETENSORS);
         for (i, f) in Format::ALL.into_iter().enumerate() {
-            assert_eq!(f.index(), i);
+            assert_eq!(f.position(), i);
         }
     }
 

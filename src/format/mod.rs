@@ -14,6 +14,7 @@
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
 //!   interpreted without running any of it;
 //! - [`onnx`]: the reader of ONNX models, whose protobuf is walked by `pread`, never read whole;
+//! - [`index`]: a sharded set's index (`NAME.safetensors.index.json`), parsed;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
 mod converted;
@@ -24,6 +25,7 @@ mod error;
 mod formats;
 pub mod gguf;
 pub mod half;
+pub mod index;
 mod onnx;
 mod pytorch;
 mod safetensors;

@@ -11,8 +11,8 @@ pub struct Claim<'a> {
     pub file: &'a [u8],
     /// The directory it wants.
     pub dir: &'a [u8],
-    /// An index (else an unsharded file).
-    pub index: bool,
+    /// A set (an index, or a numbered set's first shard), else an unsharded file.
+    pub set: bool,
 }
 
 /// Who has a name a claim wanted.
@@ -34,8 +34,8 @@ pub fn decide<'a>(real: &[&[u8]], claims: &[Claim<'a>]) -> Vec<Verdict<'a>> {
     let order = claims
         .iter()
         .enumerate()
-        .filter(|(_, c)| !c.index)
-        .chain(claims.iter().enumerate().filter(|(_, c)| c.index));
+        .filter(|(_, c)| !c.set)
+        .chain(claims.iter().enumerate().filter(|(_, c)| c.set));
     for (i, c) in order {
         verdicts[i] = match taken.get(c.dir) {
             Some(None) => Verdict::Real,
@@ -57,13 +57,13 @@ mod tests {
         Claim {
             file: file.as_bytes(),
             dir: dir.as_bytes(),
-            index: false,
+            set: false,
         }
     }
 
     fn index<'a>(file: &'a str, dir: &'a str) -> Claim<'a> {
         Claim {
-            index: true,
+            set: true,
             ..self::file(file, dir)
         }
     }

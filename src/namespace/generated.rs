@@ -32,8 +32,8 @@ use super::sets::{self, Merged, SetError, Shard};
 use super::snapshot::Snapshot;
 use super::tensor_dirs::{Build, build, metadata_of};
 use super::xattrs;
+use crate::format::index::{self, Plan};
 use crate::format::{Format, IndexName};
-use crate::index::{self, Plan};
 use crate::parallel;
 use crate::source::{Parse, Source, Warning};
 
@@ -322,7 +322,7 @@ impl Step<'_> {
             .map(|w| Claim {
                 file: &files[w.file].0,
                 dir: &w.dir,
-                index: w.set(),
+                set: w.set(),
             })
             .collect();
         let verdicts = claims::decide(&real, &claims);

@@ -11,8 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::format::IndexName;
+use crate::format::index::{Index, Plan};
 use crate::format::{Description, Format};
-use crate::index::{Index, Plan};
 use crate::source::{PlanError, Source};
 
 /// A tensor with the source it is served from.

@@ -24,8 +24,8 @@ use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
 use crate::digest::{self, Sha256};
+use crate::format::index::{self, Index, Plan};
 use crate::format::{Converted, Description, Format};
-use crate::index::{self, Index, Plan};
 use crate::sys;
 
 /// Filesystem types (`statfs.f_type`) that may stall and whose changes made elsewhere inotify
@@ -86,7 +86,7 @@ pub struct Source {
     changed: AtomicBool,
     /// The kinds of problem with this version already warned about (bits of [`Warning`]).
     warned: AtomicU8,
-    /// Its tensors as a file of each format (by [`Format::index`]), read on first use. A file is
+    /// Its tensors as a file of each format (by [`Format::position`]), read on first use. A file is
     /// only ever asked for the one format its name says.
     described: [OnceLock<Described>; Format::ALL.len()],
     /// For a valid file of its format: the count and digest of its tensor names
@@ -198,7 +198,7 @@ impl Source {
 
     /// Its tensors as a file of `format` (read on first call), or why it has none.
     pub fn describe(&self, format: Format) -> &Described {
-        self.described[format.index()].get_or_init(|| {
+        self.described[format.position()].get_or_init(|| {
             let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
             let file = self.file_for_read().map_err(unreadable)?;
             let description = format
@@ -243,7 +243,7 @@ impl Source {
     /// Whether it has been interpreted as `what`.
     pub fn is_parsed(&self, what: Parse) -> bool {
         match what {
-            Parse::Tensors(format) => self.described[format.index()].get().is_some(),
+            Parse::Tensors(format) => self.described[format.position()].get().is_some(),
             Parse::Index => self.plan.get().is_some(),
         }
     }
