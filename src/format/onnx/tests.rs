@@ -103,13 +103,13 @@ fn messages_merge_and_the_last_scalar_wins() {
 /// over packed arrays and single fields, read whole and in pieces that cut values.
 #[test]
 fn typed_values_are_computed_at_any_offset() {
-    let values: Vec<i64> = (0..3000).map(|i| (i * 7919) % 100_003 - 50_000).collect();
-    let packed: Vec<u8> = values[..2000]
+    let values: Vec<i64> = (0..12_000).map(|i| (i * 7919) % 100_003 - 50_000).collect();
+    let packed: Vec<u8> = values[..9000]
         .iter()
         .flat_map(|&v| varint(v as u64))
         .collect();
-    let mut ints = [int(1, 3000), len(8, b"ints"), int(2, 7), len(7, &packed)].concat();
-    for &v in &values[2000..] {
+    let mut ints = [int(1, 12_000), len(8, b"ints"), int(2, 7), len(7, &packed)].concat();
+    for &v in &values[9000..] {
         ints.extend(int(7, v as u64));
     }
     let f: Vec<f32> = (0..6).map(|i| i as f32 * 0.5 - 1.0).collect();
@@ -127,7 +127,7 @@ fn typed_values_are_computed_at_any_offset() {
     let bytes = model(&[len(5, &ints), len(5, &floats)].concat());
     let d = describe_bytes(&bytes).unwrap();
     let want: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    for step in [5, 4096, 24_000] {
+    for step in [5, 4096, 40_000] {
         assert_eq!(bytes_of(&bytes, tensor(&d, "ints"), step), want);
     }
     assert!(tensor(&d, "ints").computed.is_some());

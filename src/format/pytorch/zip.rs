@@ -66,10 +66,19 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         danger::unsafe_globals(&p.values, &mut unsafe_globals);
     }
     let mut inflated = 0;
+    // Stored pickles are read once each, as many bytes in all as the file holds: records that
+    // claim more overlap, and are refused for it (not read again and again).
+    let mut stored = len.saturating_sub(pkl.size);
     for r in records {
         let scanned = std::ptr::eq(r, pkl) && main.is_ok();
         if scanned || !r.name.to_ascii_lowercase().ends_with(b".pkl") {
             continue;
+        }
+        if r.method == STORED {
+            if r.size > stored {
+                continue;
+            }
+            stored -= r.size;
         }
         let Some(bytes) = pickle_bytes(file, len, r, MAX_INFLATED - inflated) else {
             continue;
