@@ -33,7 +33,7 @@ pub enum FormatError {
     /// written looks like).
     Pytorch {
         path: PathBuf,
-        rule: &'static str,
+        rule: super::pytorch::Rule,
         what: String,
         cut_short: bool,
     },
@@ -219,7 +219,7 @@ impl FormatError {
             FormatError::Io(..) => None,
             FormatError::Invalid(_, e, _) => Some(rule_name(e)),
             FormatError::Short { .. } => Some("MetadataIncompleteBuffer".into()),
-            FormatError::Pytorch { rule, .. } => Some((*rule).into()),
+            FormatError::Pytorch { rule, .. } => Some(rule.name().into()),
             FormatError::Gguf(_, e) => Some(e.rule().into()),
             FormatError::Onnx(_, e) => Some(e.rule().into()),
             FormatError::Foreign(_) => None,

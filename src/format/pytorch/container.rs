@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError};
+pub use super::rule::Rule;
 use crate::format::error::FormatError;
 
 /// The first buffer a pickle is read into.
@@ -35,7 +36,7 @@ pub(super) struct Container {
 /// too soon.
 pub(super) fn checkpoint(
     path: &Path,
-    rule: &'static str,
+    rule: Rule,
     what: impl Into<String>,
     cut_short: bool,
 ) -> FormatError {
@@ -48,7 +49,7 @@ pub(super) fn checkpoint(
 }
 
 /// The rule of a pickle that names a global that is not one `torch.save` writes for tensors.
-pub(super) const UNSAFE: &str = "UnsafePickle";
+pub(super) const UNSAFE: Rule = Rule::UnsafePickle;
 
 /// Why a checkpoint whose pickles name `globals` (unsafe ones) is not offered as safetensors.
 pub(super) fn trap(globals: &[String]) -> String {
@@ -85,12 +86,17 @@ pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatErr
                 "{part}: calls {} before it breaks a rule ({e}: {}); nothing was run, the file is \
                  not offered as safetensors",
                 e.unsafe_globals.join(", "),
-                e.rule.name()
+                Rule::Pickle(e.rule)
             ),
             false,
         );
     }
-    checkpoint(path, e.rule.name(), format!("{part}: {e}"), e.cut_short())
+    checkpoint(
+        path,
+        Rule::Pickle(e.rule),
+        format!("{part}: {e}"),
+        e.cut_short(),
+    )
 }
 
 /// The pickle at `at`, read into a buffer that doubles until it holds the whole pickle.

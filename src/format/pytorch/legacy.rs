@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::{Container, Span, UNSAFE, checkpoint, load_at, refused_trap};
+use super::container::{Container, Rule, Span, UNSAFE, checkpoint, load_at, refused_trap};
 use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
@@ -74,7 +74,7 @@ fn read_pickles(
     if version.int(version.top) != Some(PROTOCOL_VERSION) {
         return Err(checkpoint(
             path,
-            "UnsupportedVersion",
+            Rule::UnsupportedVersion,
             "the legacy format's protocol version is not 1001",
             false,
         ));
@@ -93,7 +93,7 @@ fn read_pickles(
     };
     if big_endian {
         let what = "a big-endian checkpoint: its tensors' bytes are not safetensors' order";
-        return Err(checkpoint(path, "BigEndian", what, false));
+        return Err(checkpoint(path, Rule::BigEndian, what, false));
     }
     let (main, keys) = rest?;
     let keys: Vec<String> = keys
@@ -107,7 +107,7 @@ fn read_pickles(
         .ok_or_else(|| {
             checkpoint(
                 path,
-                "BadStorageKeys",
+                Rule::BadStorageKeys,
                 "the storage keys are not a list of strings",
                 false,
             )
@@ -134,11 +134,11 @@ fn place_storages(
     let elem_sizes: HashMap<&str, u64> = elem_sizes.iter().map(|(k, s)| (k.as_str(), *s)).collect();
     let mut storages = HashMap::with_capacity(keys.len());
     for key in keys {
-        let out_of_file = |what: String| checkpoint(path, "StorageOutOfFile", what, true);
+        let out_of_file = |what: String| checkpoint(path, Rule::StorageOutOfFile, what, true);
         let &elem_size = elem_sizes.get(key.as_str()).ok_or_else(|| {
             checkpoint(
                 path,
-                "UnknownStorage",
+                Rule::UnknownStorage,
                 format!("storage `{key}` is listed but no tensor's storage is it"),
                 false,
             )

@@ -6,6 +6,7 @@
 //!   protocol 0 strings decoded as Python decodes them;
 //! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
+//! - [`rule`]: the rules a checkpoint breaks, each refusal's name;
 //! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way), and
 //!   [`rebinding`]: what a pickle writes into modules, after which every global it reads is one;
 //! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container, each giving
@@ -21,6 +22,7 @@ mod dtypes;
 mod legacy;
 mod pickle;
 mod rebinding;
+mod rule;
 mod text;
 mod torch;
 mod value;
@@ -36,6 +38,7 @@ use std::sync::Arc;
 use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
 use container::{Container, Span, UNSAFE, checkpoint, load_at, trap};
+pub use rule::Rule;
 use torch::{Found, MAX_NOTES};
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
@@ -52,7 +55,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     } else if legacy::is_tar_checkpoint(&head) {
         return Err(checkpoint(
             path,
-            "TarCheckpoint",
+            Rule::TarCheckpoint,
             "a tar checkpoint of PyTorch before 0.4, which this reader does not read",
             false,
         ));
@@ -115,7 +118,7 @@ fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
 /// The description of a read container: its tensors placed, the notes, the conversion.
 fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
     let walked =
-        torch::walk(&c.main).map_err(|what| checkpoint(path, "TooManyPaths", what, false))?;
+        torch::walk(&c.main).map_err(|what| checkpoint(path, Rule::TooManyPaths, what, false))?;
     let mut notes = walked.notes;
     let mut tensors = Vec::with_capacity(walked.found.len());
     // The first tensor of each value, for the state dict (its names are the same tensor).

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use flate2::read::DeflateDecoder;
 
-use super::container::{Container, MAX_PICKLE, Span, checkpoint, pickle_error, refused_trap};
+use super::container::{Container, MAX_PICKLE, Rule, Span, checkpoint, pickle_error, refused_trap};
 use super::danger;
 use super::pickle;
 use super::zip_directory::{self, At, Record};
@@ -103,7 +103,7 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
     if named("constants.pkl").next().is_some() {
         return Err(refuse(checkpoint(
             path,
-            "TorchScript",
+            Rule::TorchScript,
             "a TorchScript archive: its tensors are not stored as torch.save's",
             false,
         )));
@@ -113,7 +113,7 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         if bytes.trim_ascii() == b"big" {
             return Err(refuse(checkpoint(
                 path,
-                "BigEndian",
+                Rule::BigEndian,
                 "a big-endian checkpoint: its tensors' bytes are not safetensors' order",
                 false,
             )));
@@ -175,7 +175,7 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
         if names.insert(r.name.to_ascii_lowercase(), ()).is_some() {
             return Some(checkpoint(
                 path,
-                "DuplicateEntry",
+                Rule::DuplicateEntry,
                 format!(
                     "two records are named `{}` (in some case): torch's reader may take either, \
                      so what torch.load gives is not known",
@@ -188,7 +188,7 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
     if let Some(r) = records.iter().find(|r| in_folder(&r.name, top).is_none()) {
         return Some(checkpoint(
             path,
-            "OutsideTopFolder",
+            Rule::OutsideTopFolder,
             format!(
                 "record `{}` is not in the folder `{}` of the first record, which torch.load \
                  refuses",
@@ -204,7 +204,7 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
     {
         return Some(checkpoint(
             path,
-            "UnreadableEntry",
+            Rule::UnreadableEntry,
             format!(
                 "record `{}` is encrypted or compressed by method {}, which torch's reader \
                  does not read",
@@ -217,7 +217,7 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
     if let Some(r) = records.iter().find(|r| r.name.contains(&0)) {
         return Some(checkpoint(
             path,
-            "BadName",
+            Rule::BadName,
             format!("record `{}` has a NUL byte in its name", r.shown()),
             false,
         ));
@@ -228,7 +228,7 @@ fn layout(records: &[Record], top: &[u8], central: (u64, u64), path: &Path) -> O
 fn compressed(path: &Path, r: &Record) -> FormatError {
     checkpoint(
         path,
-        "CompressedEntry",
+        Rule::CompressedEntry,
         format!(
             "entry `{}` is compressed: torch.save stores its entries uncompressed",
             r.shown()
@@ -272,7 +272,7 @@ fn read_record(file: &File, r: &Record, max: u64, path: &Path) -> Result<Vec<u8>
     if r.size > max {
         return Err(checkpoint(
             path,
-            "EntryTooLarge",
+            Rule::EntryTooLarge,
             format!("entry `{}` is {} bytes, more than {max}", r.shown(), r.size),
             false,
         ));
@@ -298,7 +298,7 @@ fn overlap(records: &[Record], central: (u64, u64), path: &Path) -> Option<Forma
     ranges.windows(2).find_map(|pair| match pair {
         [(_, end, a), (start, _, b)] if start < end => Some(checkpoint(
             path,
-            "OverlappingEntries",
+            Rule::OverlappingEntries,
             format!("{a} and {b} overlap"),
             false,
         )),

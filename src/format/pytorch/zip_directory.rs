@@ -22,7 +22,7 @@ use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::checkpoint;
+use super::container::{Rule, checkpoint};
 use crate::format::error::FormatError;
 
 const END: u32 = 0x0605_4b50;
@@ -167,7 +167,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
         // No end: most likely an archive still being written.
         return Err(checkpoint(
             path,
-            "NoEndRecord",
+            Rule::NoEndRecord,
             "no zip end record in the last 69584 bytes: not a whole zip archive",
             true,
         ));
@@ -178,7 +178,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
     let bad = |what: String| {
         checkpoint(
             path,
-            "BadEndRecord",
+            Rule::BadEndRecord,
             format!("the zip end record at byte {at}: {what}"),
             false,
         )
@@ -187,7 +187,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
     if at + END_LEN + comment != len {
         faults.add(checkpoint(
             path,
-            "EndRecordLayout",
+            Rule::EndRecordLayout,
             format!(
                 "the end record at byte {at} is followed by {} bytes where its comment is \
                  {comment}",
@@ -222,7 +222,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
         if u32_at(&z64, 0) != END64 {
             faults.add(checkpoint(
                 path,
-                "Zip64Mismatch",
+                Rule::Zip64Mismatch,
                 format!(
                     "the zip64 locator at byte {l} names byte {z}, where no zip64 end record is"
                 ),
@@ -253,7 +253,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
             {
                 faults.add(checkpoint(
                     path,
-                    "Zip64Mismatch",
+                    Rule::Zip64Mismatch,
                     format!(
                         "the end record says {} records, {} bytes of directory at byte {}; its \
                          zip64 record {z64_total} records, {z64_size} bytes at byte {}",
@@ -268,7 +268,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
             if z + END64_LEN != l {
                 faults.add(checkpoint(
                     path,
-                    "EndRecordLayout",
+                    Rule::EndRecordLayout,
                     format!("the zip64 end record at byte {z} does not end at its locator"),
                     false,
                 ));
@@ -313,7 +313,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
     if e.cd_start + e.cd_size != e.at {
         faults.add(checkpoint(
             path,
-            "EndRecordLayout",
+            Rule::EndRecordLayout,
             format!(
                 "the directory ends at byte {} and its end record starts at byte {}",
                 e.cd_start + e.cd_size,
@@ -336,7 +336,7 @@ fn records(
     if e.cd_size > MAX_DIRECTORY {
         return Err(checkpoint(
             path,
-            "DirectoryTooLarge",
+            Rule::DirectoryTooLarge,
             format!(
                 "a directory of {} bytes, more than the {MAX_DIRECTORY} read",
                 e.cd_size
@@ -347,7 +347,7 @@ fn records(
     let bad = |i: u64, what: String| {
         checkpoint(
             path,
-            "BadDirectory",
+            Rule::BadDirectory,
             format!("record {i} of the directory {what}"),
             false,
         )
@@ -370,7 +370,7 @@ fn records(
         let tail = |faults: &mut Faults, what: &str| {
             faults.add(checkpoint(
                 path,
-                "DirectoryLayout",
+                Rule::DirectoryLayout,
                 format!("the directory's last {left} bytes are no record ({what})"),
                 false,
             ));
@@ -428,7 +428,7 @@ fn records(
         let fault = |what: &str| {
             checkpoint(
                 path,
-                "BadRecord",
+                Rule::BadRecord,
                 format!("record `{}` {what}", r.shown()),
                 false,
             )
@@ -463,7 +463,7 @@ fn records(
     if walked > e.total {
         faults.add(checkpoint(
             path,
-            "RecordCount",
+            Rule::RecordCount,
             format!(
                 "the directory holds {walked} records where the end record says {}: torch's \
                  reader sees only the first {}",
@@ -521,7 +521,7 @@ fn local_header(
     let fault = |what: String| {
         checkpoint(
             path,
-            "LocalHeader",
+            Rule::LocalHeader,
             format!("entry `{shown}`: {what}"),
             false,
         )
@@ -583,7 +583,7 @@ fn local_header(
     if data.saturating_add(r.span()) > len {
         faults.add(checkpoint(
             path,
-            "EntryOutOfFile",
+            Rule::EntryOutOfFile,
             format!("entry `{shown}` ends past the end of the file ({len} bytes)"),
             true,
         ));

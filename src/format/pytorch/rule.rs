@@ -1,0 +1,90 @@
+//! The rules a checkpoint breaks, by the PyTorch reader (each refusal names one: `[UnsafePickle]`).
+
+use super::value::PickleRule;
+
+/// Declares [`Rule`], each rule named as its variant.
+macro_rules! rules {
+    ($($(#[$doc:meta])* $rule:ident,)*) => {
+        /// The rules a checkpoint breaks, by the PyTorch reader: its containers' (zip archives,
+        /// legacy files) and its pickles'.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Rule {
+            $($(#[$doc])* $rule,)*
+            /// A rule of the pickle machine.
+            Pickle(PickleRule),
+        }
+
+        impl Rule {
+            /// Its name, as a refusal shows it (`[UnsafePickle]`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Rule::$rule => stringify!($rule),)*
+                    Rule::Pickle(p) => p.name(),
+                }
+            }
+        }
+
+        impl std::fmt::Display for Rule {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+rules! {
+    /// A pickle names a global that is not one `torch.save` writes for tensors.
+    UnsafePickle,
+    /// A tar checkpoint of PyTorch before 0.4.
+    TarCheckpoint,
+    /// A pickle whose values reach too many paths.
+    TooManyPaths,
+    /// A legacy file of a version other than 1001.
+    UnsupportedVersion,
+    /// A big-endian checkpoint.
+    BigEndian,
+    /// A legacy file's storage keys that are not a list of strings.
+    BadStorageKeys,
+    /// A legacy file's storage past its end.
+    StorageOutOfFile,
+    /// A legacy file's storage the pickle never named.
+    UnknownStorage,
+    /// A TorchScript archive.
+    TorchScript,
+    /// Two records of one name, in any case.
+    DuplicateEntry,
+    /// A record outside the first record's folder.
+    OutsideTopFolder,
+    /// An encrypted record, or one of a method torch's reader does not read.
+    UnreadableEntry,
+    /// A NUL byte in a record's name.
+    BadName,
+    /// A compressed storage.
+    CompressedEntry,
+    /// A record larger than read.
+    EntryTooLarge,
+    /// Records that overlap each other or the directory.
+    OverlappingEntries,
+    /// No end record: an archive cut short, or still being written.
+    NoEndRecord,
+    /// An end record torch's reader refuses.
+    BadEndRecord,
+    /// Bytes between the directory and the end records, or after them.
+    EndRecordLayout,
+    /// An end record and its zip64 record that disagree.
+    Zip64Mismatch,
+    /// A directory larger than read.
+    DirectoryTooLarge,
+    /// A directory torch's reader refuses.
+    BadDirectory,
+    /// Bytes at the end of the directory that are no record.
+    DirectoryLayout,
+    /// A record whose fields torch's reader refuses.
+    BadRecord,
+    /// More records than the end record counts.
+    RecordCount,
+    /// A local header that is not there or disagrees with its record.
+    LocalHeader,
+    /// A record's data past the end of the file.
+    EntryOutOfFile,
+}
