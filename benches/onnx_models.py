@@ -18,7 +18,6 @@
 """
 
 import os
-import struct
 import sys
 import time
 
@@ -27,19 +26,15 @@ import numpy as np
 ROWS, COLS = 1024, 2048  # a float16 matrix of 4 MiB
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+# The protobuf encoders of the tests' oracle.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+from onnx_oracle import field as delimited, varint  # noqa: E402
 
 
 def field(number, payload_len):
-    """The key and length of a length-delimited field of `payload_len` bytes."""
-    return varint(number << 3 | 2) + varint(payload_len)
+    """The key and length of a length-delimited field of `payload_len` bytes (its payload then
+    written apart)."""
+    return delimited(number, b"")[:-1] + varint(payload_len)
 
 
 def write_external(d, total):

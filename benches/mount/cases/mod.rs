@@ -166,9 +166,21 @@ impl Bench {
         passes: usize,
         expected: (u64, usize),
     ) -> Res<Vec<f64>> {
-        let script = Path::new(MANIFEST_DIR).join("benches/load_all.py");
-        let args = [script.as_os_str(), mode.as_ref(), path.as_os_str()];
-        self.python_script_passes(&args, &format!("load_all.py {mode}"), passes, expected)
+        self.script_passes("load_all.py", mode, path, passes, expected)
+    }
+
+    /// `passes` passes of `benches/SCRIPT MODE PATH` (see [`Self::python_script_passes`]).
+    pub fn script_passes(
+        &self,
+        script: &str,
+        mode: &str,
+        path: &Path,
+        passes: usize,
+        expected: (u64, usize),
+    ) -> Res<Vec<f64>> {
+        let script_path = Path::new(MANIFEST_DIR).join("benches").join(script);
+        let args = [script_path.as_os_str(), mode.as_ref(), path.as_os_str()];
+        self.python_script_passes(&args, &format!("{script} {mode}"), passes, expected)
     }
 
     /// The seconds of each pass of a Python script that takes PASSES after `args` and prints one

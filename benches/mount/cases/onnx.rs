@@ -107,20 +107,7 @@ impl Bench {
         let expected = (e.bytes, e.tensors);
         let what = format!("{} tensors, {} F16", e.tensors, fmt_size(e.bytes));
         let parse = self.onnx_passes("parse", &e.file, self.runs_total(), expected);
-        let listed = self.sample(|| {
-            let m = Mount::new(&e.dir, &self.mnt, self.tuning, "")?;
-            let start = Instant::now();
-            let n = list(&m.path("model.tensors"))?;
-            let took = m.took.as_secs_f64() + start.elapsed().as_secs_f64();
-            m.unmount()?;
-            match n == e.tensors {
-                true => Ok(took),
-                false => Err(format!(
-                    "model.tensors/ lists {n} tensors, not {}",
-                    e.tensors
-                )),
-            }
-        });
+        let listed = self.mount_and_list(e);
         rows.push(Row {
             id: "14",
             case: format!(
@@ -181,17 +168,7 @@ impl Bench {
             self.runs_total(),
             (single.bytes, single.tensors),
         );
-        let single_listed = self.sample(|| {
-            let m = Mount::new(&single.dir, &self.mnt, self.tuning, "")?;
-            let start = Instant::now();
-            let n = list(&m.path("model.tensors"))?;
-            let took = m.took.as_secs_f64() + start.elapsed().as_secs_f64();
-            m.unmount()?;
-            match n == single.tensors {
-                true => Ok(took),
-                false => Err(format!("model.tensors/ lists {n}, not {}", single.tensors)),
-            }
-        });
+        let single_listed = self.mount_and_list(single);
         rows.push(Row {
             id: "14",
             case: format!(
@@ -255,6 +232,22 @@ impl Bench {
         });
     }
 
+    /// The time to mount `model` until live plus a listing of its `model.tensors/` (every file's
+    /// dtype and shape), each run; the listing must hold every tensor.
+    fn mount_and_list(&self, model: &OnnxModel) -> Res<Vec<f64>> {
+        self.sample(|| {
+            let m = Mount::new(&model.dir, &self.mnt, self.tuning, "")?;
+            let start = Instant::now();
+            let n = list(&m.path("model.tensors"))?;
+            let took = m.took.as_secs_f64() + start.elapsed().as_secs_f64();
+            m.unmount()?;
+            match n == model.tensors {
+                true => Ok(took),
+                false => Err(format!("model.tensors/ lists {n}, not {}", model.tensors)),
+            }
+        })
+    }
+
     /// `passes` passes of `benches/onnx_models.py MODE PATH`.
     fn onnx_passes(
         &self,
@@ -263,9 +256,7 @@ impl Bench {
         passes: usize,
         expected: (u64, usize),
     ) -> Res<Vec<f64>> {
-        let s = script();
-        let args: [&OsStr; 3] = [s.as_os_str(), mode.as_ref(), path.as_os_str()];
-        self.python_script_passes(&args, &format!("onnx_models.py {mode}"), passes, expected)
+        self.script_passes("onnx_models.py", mode, path, passes, expected)
     }
 
     fn after_warmup(&self, v: Res<Vec<f64>>) -> Res<Vec<f64>> {
