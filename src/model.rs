@@ -1,14 +1,14 @@
 //! A SOURCE as the commands that read all of it (`verify`, `diff`) see it: the tree a mount would
 //! show, its weight files, and every file of the tree with its path.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::format::Format;
+use crate::format::{Format, Tensor};
 use crate::namespace::{Content, Ino, Options, Origin, ROOT, Snapshot, Writer, single_file_format};
 use crate::source::{Registry, Source, Sources};
 use crate::sys;
@@ -32,6 +32,8 @@ pub struct WeightFile {
     pub source: Arc<Source>,
     /// The format it is a file of; `None` for a data file another file's tensors lie in.
     pub format: Option<Format>,
+    /// For a data file: the tensors whose bytes it holds (placed from its start), by name.
+    pub holds: Vec<Arc<Tensor>>,
 }
 
 impl Model {
@@ -87,6 +89,7 @@ impl Model {
                 path: name.clone(),
                 source: source.clone(),
                 format: Some(single_file_format(source)),
+                holds: Vec::new(),
             };
             return (vec![file], Vec::new());
         }
@@ -101,14 +104,19 @@ impl Model {
                 _ => None,
             })
             .collect();
-        // The data files tensors are served from.
-        let data: HashSet<&Path> = all
-            .iter()
-            .filter_map(|(_, _, node)| match &node.content {
-                Content::Tensor { data: Some(d), .. } => Some(d.path.as_path()),
-                _ => None,
-            })
-            .collect();
+        // The data files tensors are served from, with those tensors.
+        let mut held: HashMap<&Path, BTreeMap<&str, Arc<Tensor>>> = HashMap::new();
+        for (_, _, node) in &all {
+            if let Content::Tensor {
+                tensor,
+                data: Some(d),
+                ..
+            } = &node.content
+            {
+                let holds = held.entry(d.path.as_path()).or_default();
+                holds.insert(&tensor.name, tensor.clone());
+            }
+        }
         let (mut files, mut unopened) = (Vec::new(), Vec::new());
         for (path, ino, node) in &all {
             let source = match &node.content {
@@ -133,11 +141,16 @@ impl Model {
                 _ => continue,
             };
             let format = Format::of(&node.name).map(|(f, _)| f);
-            if format.is_some() || data.contains(source.path.as_path()) {
+            let holds = held.get(source.path.as_path());
+            if format.is_some() || holds.is_some() {
                 files.push(WeightFile {
                     path: path.clone(),
                     source: source.clone(),
                     format,
+                    holds: holds
+                        .into_iter()
+                        .flat_map(|h| h.values().cloned())
+                        .collect(),
                 });
             }
         }

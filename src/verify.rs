@@ -1,7 +1,8 @@
 //! `tensormount verify SOURCE`: every weight file of SOURCE hashed once (SHA-256, files in
 //! parallel on all cores, front to back) and checked against the digest its source records (see
 //! [`crate::source::Recorded`]) or a manifest; with `--write-manifest` / `--manifest`, every
-//! tensor's bytes too, so that a damaged tensor is named.
+//! tensor's bytes too, so that a damaged tensor is named (under the file that holds them: a
+//! model's data file for its external tensors).
 //!
 //! Each file is `ok`, `mismatch`, `unknown` (nothing recorded: its digest is printed so that it
 //! can be), `error` (unreadable, or changed while being verified) or `missing` (in the manifest,
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::cli::VerifyArgs;
 use crate::digest::{Hasher, Sha256, hex, parse_hex};
+use crate::format::Tensor;
 use crate::model::{Model, WeightFile};
 use crate::namespace::tensor_bytes;
 use crate::parallel;
@@ -278,37 +280,42 @@ fn progress_bar(total: u64) -> ProgressBar {
     bar
 }
 
-/// One file's digest, and (if asked) its tensors': those stored as one stretch on the same pass,
-/// the others (views of a pickle checkpoint) gathered after.
+/// One file's digest, and (if asked) its tensors' (those whose bytes it holds, a data file's
+/// included): those stored as one stretch on the same pass, the others (views of a pickle
+/// checkpoint) gathered after.
 fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result<Hashed, String> {
     let source = &file.source;
     // Looked up here, on the hashing threads: on a network filesystem each lookup waits.
     source.recorded();
-    let described = match want_tensors {
-        true => file
-            .format
-            .and_then(|f| source.describe(f).as_ref().ok().cloned()),
-        false => None,
+    let (data_start, tensors): (u64, Option<Vec<&Arc<Tensor>>>) = match (want_tensors, file.format)
+    {
+        (false, _) => (0, None),
+        (true, None) => (0, Some(file.holds.iter().collect())),
+        (true, Some(f)) => match source.describe(f) {
+            // Those in its data files are theirs.
+            Ok(d) => (
+                d.data_start,
+                Some(d.tensors.iter().filter(|t| t.file.is_none()).collect()),
+            ),
+            Err(_) => (0, None),
+        },
     };
-    let tensors = described.as_ref().map_or(&[][..], |d| &d.tensors[..]);
-    let data_start = described.as_ref().map_or(0, |d| d.data_start);
-    let contiguous: Vec<usize> = (0..tensors.len())
-        .filter(|&i| tensors[i].is_stretch())
-        .collect();
+    let (contiguous, gathered): (Vec<&Arc<Tensor>>, Vec<&Arc<Tensor>>) =
+        tensors.iter().flatten().partition(|t| t.is_stretch());
     let spans: Vec<(u64, u64)> = contiguous
         .iter()
-        .map(|&i| (data_start + tensors[i].begin, tensors[i].size()))
+        .map(|t| (t.start(data_start), t.size()))
         .collect();
     let (sha256, digests) = source.sha256(&spans, &mut |n| bar.inc(n)).map_err(unread)?;
-    let tensors = match &described {
+    let tensors = match tensors {
         None => None,
-        Some(d) => {
+        Some(_) => {
             let mut out: BTreeMap<String, Sha256> = contiguous
                 .iter()
                 .zip(digests)
-                .map(|(&i, digest)| (d.tensors[i].name.to_string(), digest))
+                .map(|(t, digest)| (t.name.to_string(), digest))
                 .collect();
-            for t in d.tensors.iter().filter(|t| !t.is_stretch()) {
+            for t in gathered {
                 let mut h = Hasher::default();
                 tensor_bytes(source, t, |b| {
                     h.update(b);

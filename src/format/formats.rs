@@ -177,9 +177,7 @@ impl Format {
     pub fn is_data_file(file_name: &[u8]) -> bool {
         Format::ALL.iter().any(|f| {
             f.0.data_suffixes.iter().any(|suffix| {
-                file_name.len() > suffix.len()
-                    && file_name[file_name.len() - suffix.len()..]
-                        .eq_ignore_ascii_case(suffix.as_bytes())
+                strip_suffix_any_case(file_name, suffix).is_some_and(|s| !s.is_empty())
             })
         })
     }

@@ -303,10 +303,10 @@ def write(out):
 def write_external(out):
     """Models with external data: in one file (one/), in one file per tensor (each/), in a
     subdirectory (nested/), as onnx.save_model writes them; and refused ones (bad/), each with
-    the rule or words its error must hold: a location that is absolute, one that leaves the
+    the rule its error must name: a location that is absolute, one that leaves the
     model's directory (to a file that exists), an offset past the data file's end, a missing
     data file, a length that is not the tensor's. Prints JSON {"good": [dirs], "bad": {file:
-    words}}."""
+    rule}}."""
     rng = np.random.default_rng(43)
     weights = lambda n: [numpy_helper.from_array(
         rng.standard_normal((16, 8)).astype(np.float16 if i % 2 else np.float32), f"w{i}")
@@ -323,9 +323,9 @@ def write_external(out):
     os.makedirs(bad)
     with open(os.path.join(out, "outside.bin"), "wb") as f:
         f.write(b"\1" * 64)
-    words = {}
+    rules = {}
 
-    def refused(name, entries, data_len, what):
+    def refused(name, entries, data_len, rule):
         t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
                         data_location=TensorProto.EXTERNAL)
         for k, v in entries.items():
@@ -335,14 +335,14 @@ def write_external(out):
             f.write(b"\0" * data_len)
         with open(os.path.join(bad, name + ".onnx"), "wb") as f:
             f.write(model([t]).SerializeToString())
-        words[name + ".onnx"] = what
+        rules[name + ".onnx"] = rule
 
     refused("absolute", {"location": os.path.join(out, "outside.bin")}, 16, "[BadLocation]")
     refused("parent", {"location": "../outside.bin"}, 16, "[BadLocation]")
-    refused("past_end", {"location": "past_end.bin", "offset": "8"}, 16, "ends at byte 24")
-    refused("missing", {"location": "nowhere.bin"}, 16, "is missing")
+    refused("past_end", {"location": "past_end.bin", "offset": "8"}, 16, "[DataPastEnd]")
+    refused("missing", {"location": "nowhere.bin"}, 16, "[MissingDataFile]")
     refused("length", {"location": "length.bin", "length": "12"}, 16, "[BadTensor]")
-    print(json.dumps({"good": ["one", "each", "nested"], "bad": words}, sort_keys=True))
+    print(json.dumps({"good": ["one", "each", "nested"], "bad": rules}, sort_keys=True))
 
 
 def write_hostile(out):

@@ -284,11 +284,11 @@ fn external_data_is_read_from_the_files_the_model_names() {
             );
         }
     }
-    for (file, words) in wrote["bad"].as_object().unwrap() {
-        let words = words.as_str().unwrap();
+    for (file, rule) in wrote["bad"].as_object().unwrap() {
+        let rule = rule.as_str().unwrap();
         let error = getxattr(&m.path(format!("bad/{file}")), "user.tensormount.error")
             .unwrap_or_else(|| panic!("{file}: no error"));
-        assert!(error.contains(words), "{file}: {error}");
+        assert!(error.contains(rule), "{file}: {error}");
         let stem = file.strip_suffix(".onnx").unwrap();
         assert!(!m.path(format!("bad/{stem}.tensors")).exists(), "{file}");
         assert!(
@@ -320,8 +320,11 @@ fn external_data_is_read_from_the_files_the_model_names() {
 }
 
 /// A model's data file is a weight file to `verify` and `-o verify`: recorded in `SHA256SUMS`
-/// (written by `sha256sum`), it is `ok`; with a byte flipped, `mismatch`, and under `-o verify`
-/// the tensor files it holds fail reads with EIO while the model file itself stays readable.
+/// (written by `sha256sum`), it is `ok`; `--write-manifest` lists each tensor under the data
+/// file with the digest of the bytes the oracle reads; with a byte flipped, the data file is a
+/// `mismatch`, `--manifest` names the tensors whose bytes the oracle now reads otherwise, and
+/// under `-o verify` the tensor files it holds fail reads with EIO while the model file itself
+/// stays readable.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn verify_checks_the_data_files_a_model_names() {
@@ -346,11 +349,45 @@ fn verify_checks_the_data_files_a_model_names() {
         }
     };
     verify(&["ok        model.onnx ", "ok        model.onnx_data "]);
+    let digests = |read: &BTreeMap<String, Value>| -> BTreeMap<String, Value> {
+        let tensors = read["model.onnx"]["tensors"].as_object().unwrap();
+        let digest = |(n, t): (&String, &Value)| (n.clone(), t["sha256"].clone());
+        tensors.iter().map(digest).collect()
+    };
+    let before = digests(&oracle(&py, &dir));
+    let manifest = tmp.join("manifest.json");
+    let out = run(&["verify", "--write-manifest", s(&manifest), s(&dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = json(&fs::read_to_string(&manifest).unwrap());
+    let files = &written["files"];
+    assert_eq!(files["model.onnx"]["tensors"], json("{}"), "{written}");
+    let listed: BTreeMap<String, Value> =
+        serde_json::from_value(files["model.onnx_data"]["tensors"].clone()).unwrap();
+    assert_eq!(listed, before, "{written}");
+
     let data = dir.join("model.onnx_data");
     let mut bytes = fs::read(&data).unwrap();
     bytes[100] ^= 1;
     fs::write(&data, &bytes).unwrap();
     verify(&["ok        model.onnx ", "mismatch  model.onnx_data "]);
+    let after = digests(&oracle(&py, &dir));
+    let changed: Vec<&String> = before.keys().filter(|n| before[*n] != after[*n]).collect();
+    assert_eq!(changed.len(), 1, "{after:?}");
+    let out = run(&["verify", "--json", "--manifest", s(&manifest), s(&dir)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = json(&stdout(&out));
+    let damaged: Vec<(&str, &str)> = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["status"] != "ok")
+        .map(|t| (t["file"].as_str().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        damaged,
+        [("model.onnx_data", changed[0].as_str())],
+        "{report}"
+    );
 
     let m = mount_ok(&dir, "verify");
     let w0 = m.path("model.tensors/w0");

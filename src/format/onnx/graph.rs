@@ -362,9 +362,10 @@ fn attribute<A: At>(
                 spans: vec![span],
                 field: 8,
             }),
+            // Without values: an empty list of its type.
             "value_floats" | "value_ints" => Some(Value::List {
                 spans: Vec::new(),
-                field: 7,
+                field: if &*name == "value_ints" { 8 } else { 7 },
             }),
             "sparse_value" if sparse => {
                 notes.push(format!(

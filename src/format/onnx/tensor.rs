@@ -297,20 +297,11 @@ impl Typed {
         end: u64,
         inside: &str,
     ) -> Result<u64, OnnxError> {
+        let end = end.min(self.end());
         match self.storage {
-            Storage::Float => {
-                let b = win.bytes(*pos, 4)?;
-                *pos += 4;
-                Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into())
-            }
-            Storage::Double => {
-                let b = win.bytes(*pos, 8)?;
-                *pos += 8;
-                Ok(u64::from_le_bytes([
-                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-                ]))
-            }
-            _ => win.varint(pos, end.min(self.end()), inside),
+            Storage::Float => Ok(u32::from_le_bytes(win.fixed(pos, end, inside)?).into()),
+            Storage::Double => Ok(u64::from_le_bytes(win.fixed(pos, end, inside)?)),
+            _ => win.varint(pos, end, inside),
         }
     }
 

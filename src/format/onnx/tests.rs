@@ -192,7 +192,17 @@ fn constants_and_subgraph_names() {
         ]
         .concat(),
     );
-    let graph = [constant(b"k", float), constant(b"ks", ints), if_node].concat();
+    // Lists without values: empty, of their type.
+    let no_ints = constant(b"none_i", len(1, b"value_ints"));
+    let no_floats = constant(b"none_f", len(1, b"value_floats"));
+    let graph = [
+        constant(b"k", float),
+        constant(b"ks", ints),
+        if_node,
+        no_ints,
+        no_floats,
+    ]
+    .concat();
     let bytes = model(&graph);
     let d = describe_bytes(&bytes).unwrap();
     let names: Vec<&str> = d.tensors.iter().map(|t| &*t.name).collect();
@@ -204,4 +214,12 @@ fn constants_and_subgraph_names() {
         bytes_of(&bytes, ks, 3),
         [3u64.to_le_bytes(), u64::MAX.to_le_bytes()].concat()
     );
+    for (name, dtype) in [("none_i", Dtype::I64), ("none_f", Dtype::F32)] {
+        let t = tensor(&d, name);
+        assert_eq!(
+            (t.dtype, &*t.shape, t.size()),
+            (dtype, &[0][..], 0),
+            "{name}"
+        );
+    }
 }

@@ -87,7 +87,7 @@ impl<A: At> Window<A> {
     }
 
     /// The `len` bytes at `at`, read whole.
-    pub fn bytes(&mut self, at: u64, len: u64) -> Result<Vec<u8>, OnnxError> {
+    fn bytes(&mut self, at: u64, len: u64) -> Result<Vec<u8>, OnnxError> {
         let mut out = vec![
             0;
             usize::try_from(len).map_err(|_| OnnxError::Truncated {
@@ -131,7 +131,8 @@ impl<A: At> Window<A> {
         })
     }
 
-    fn fixed<const N: usize>(
+    /// The `N` bytes at `*pos`, before `end`; `*pos` moves past them.
+    pub fn fixed<const N: usize>(
         &mut self,
         pos: &mut u64,
         end: u64,
