@@ -156,6 +156,23 @@ pub fn sha256sum(path: &Path) -> String {
     stdout(&out)[..64].to_string()
 }
 
+/// Every entry below `dir` (files, directories, links, not followed), sorted.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Polls `cond` for up to 10 s.
 pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

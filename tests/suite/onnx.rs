@@ -38,21 +38,11 @@ fn oracle(py: &Path, dir: &Path) -> BTreeMap<String, Value> {
 /// Every tensor file under `dir` (`NAME.tensors/`), by the tensor name its xattr gives (not the
 /// NPY views of `-o npy`).
 fn tensor_files(dir: &Path) -> BTreeMap<String, PathBuf> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "npy") {
-                continue;
-            } else if let Some(name) = getxattr(&p, "user.safetensors.name") {
-                out.insert(name, p);
-            }
-        }
-    }
-    out
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.is_file() && p.extension().is_none_or(|x| x != "npy"))
+        .filter_map(|p| Some((getxattr(&p, "user.safetensors.name")?, p)))
+        .collect()
 }
 
 /// Checks every model of `oracle` on the mount `m` (whose SOURCE is the models' directory): each

@@ -143,16 +143,8 @@ pub(super) fn touch_everything(dir: &Path) {
         .output()
         .unwrap();
     assert!(out.status.success(), "getfattr -R: {}", stderr(&out));
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-            }
-        }
+    for p in walk(dir).into_iter().filter(|p| !p.is_dir()) {
+        fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
     }
 }
 

@@ -733,19 +733,11 @@ fn unrelated_changes_keep_every_inode() {
         s.src.clone()
     });
     let all = |root: &Path| -> Vec<(PathBuf, u64)> {
-        let mut out = Vec::new();
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in fs::read_dir(&d).unwrap().flatten() {
-                let m = e.metadata().unwrap();
-                if m.is_dir() {
-                    stack.push(e.path());
-                }
-                out.push((e.path(), m.ino()));
-            }
-        }
-        out.sort();
-        out
+        let with_ino = |p: PathBuf| {
+            let i = fs::symlink_metadata(&p).unwrap().ino();
+            (p, i)
+        };
+        walk(root).into_iter().map(with_ino).collect()
     };
     let before = all(&l.path("m1"));
     let m2 = ino(&l.path("m2/b.tensors/w"));
