@@ -9,8 +9,8 @@
 //!   reader, its conversion and where its errors and metadata are shown;
 //! - [`dtype`]: the element types of every format, packed blocks included, and [`widen`]: the
 //!   exact widening of their values to float32 or float64 (`-o dtype=`);
-//! - [`safetensors`]: the safetensors reader, validated by the official crate, with [`entries`],
-//!   its one-pass reader of the header's JSON;
+//! - [`safetensors`]: the safetensors reader, validated by the official crate, with its one-pass
+//!   reader of the header's JSON;
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
 //!   interpreted without running any of it;
 //! - [`onnx`]: the reader of ONNX models, whose protobuf is walked by `pread`, never read whole;
@@ -20,7 +20,6 @@
 mod converted;
 mod description;
 mod dtype;
-mod entries;
 mod error;
 mod formats;
 pub mod gguf;
@@ -34,5 +33,6 @@ pub mod widen;
 pub use converted::{Converted, Part};
 pub use description::{Computed, Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
-pub use error::{Accident, FormatError, rule_name};
+pub use error::{Broken, FormatError};
 pub use formats::{Format, GGUF, IndexName, Numbered, ONNX, PYTORCH, SAFETENSORS, conversion_key};
+pub use safetensors::rule_name;

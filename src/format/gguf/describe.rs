@@ -20,7 +20,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         .map_err(|e| FormatError::Io(path.to_path_buf(), e))?
         .len();
     let mut r = BufReader::with_capacity(1 << 16, file);
-    let header = read(&mut r, len).map_err(|e| FormatError::Gguf(path.to_path_buf(), e))?;
+    let header = read(&mut r, len).map_err(|e| FormatError::invalid(path, e))?;
     Ok(description(&header))
 }
 

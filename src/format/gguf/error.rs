@@ -2,6 +2,8 @@
 //! was found, naming the key or tensor involved (never the file: the caller names that).
 
 use std::fmt;
+
+use crate::format::error::Broken;
 use std::io;
 
 /// Why a GGUF header cannot be read. [`GgufError::rule`] names the rule broken; the message
@@ -153,10 +155,10 @@ pub enum GgufError {
     },
 }
 
-impl GgufError {
+impl Broken for GgufError {
     /// The short name of the rule broken (`"Truncated"`, `"BadMagic"`): the variant's name.
-    pub fn rule(&self) -> &'static str {
-        match self {
+    fn rule(&self) -> String {
+        let rule = match self {
             GgufError::Io(_) => "Io",
             GgufError::BadMagic(_) => "BadMagic",
             GgufError::BigEndian(_) => "BigEndian",
@@ -180,14 +182,15 @@ impl GgufError {
             GgufError::Misaligned { .. } => "Misaligned",
             GgufError::DataPastEnd { .. } => "DataPastEnd",
             GgufError::Overlap { .. } => "Overlap",
-        }
+        };
+        rule.into()
     }
 
     /// Whether the file ends too soon: inside its header ([`GgufError::Truncated`], which
     /// includes a count or length that exceeds the rest of the file by at most 1 GiB) or before
     /// the data of a tensor ([`GgufError::DataPastEnd`]). This is what a file still being
     /// written looks like.
-    pub fn cut_short(&self) -> bool {
+    fn cut_short(&self) -> bool {
         matches!(
             self,
             GgufError::Truncated { .. } | GgufError::DataPastEnd { .. }

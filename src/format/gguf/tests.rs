@@ -2,6 +2,7 @@
 //! format's definition; and an ignored test comparing with gguf-py's output on a fixture written
 //! by `tests/python/gguf_fixture.py` (see [`matches_gguf_py`]).
 
+use crate::format::Broken;
 use std::io::Cursor;
 
 use super::*;
@@ -68,9 +69,9 @@ fn parse(b: &[u8]) -> Result<Header, GgufError> {
 }
 
 /// The rule a file breaks.
-fn rule(b: &[u8]) -> &'static str {
+fn rule(b: &[u8]) -> String {
     match parse(b) {
-        Ok(_) => "ok",
+        Ok(_) => "ok".into(),
         Err(e) => e.rule(),
     }
 }

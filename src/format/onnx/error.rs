@@ -2,6 +2,8 @@
 //! what was found, naming the message or tensor involved (never the file: the caller names that).
 
 use std::fmt;
+
+use crate::format::error::Broken;
 use std::io;
 
 /// Why an ONNX model cannot be read. [`OnnxError::rule`] names the rule broken; the message
@@ -33,10 +35,10 @@ pub enum OnnxError {
     },
 }
 
-impl OnnxError {
+impl Broken for OnnxError {
     /// The rule broken, by a short name.
-    pub fn rule(&self) -> &'static str {
-        match self {
+    fn rule(&self) -> String {
+        let rule = match self {
             OnnxError::Io(_) => "Io",
             OnnxError::Truncated { .. } => "Truncated",
             OnnxError::BadVarint { .. } => "BadVarint",
@@ -45,12 +47,13 @@ impl OnnxError {
             OnnxError::TooDeep { .. } => "TooDeep",
             OnnxError::BadTensor { .. } => "BadTensor",
             OnnxError::BadLocation { .. } => "BadLocation",
-        }
+        };
+        rule.into()
     }
 
     /// Whether the file ends before its messages do (what a file still being written looks
     /// like).
-    pub fn cut_short(&self) -> bool {
+    fn cut_short(&self) -> bool {
         matches!(self, OnnxError::Truncated { .. })
     }
 }

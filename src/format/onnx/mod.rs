@@ -35,7 +35,7 @@ const MAX_NOTES: usize = 100;
 
 /// Reads `file` (whose path is `path`, for messages) as an ONNX model.
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
-    let err = |e| FormatError::Onnx(path.to_path_buf(), e);
+    let err = |e| FormatError::invalid(path, e);
     let len = file
         .metadata()
         .map_err(|e| FormatError::Io(path.to_path_buf(), e))?

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError};
-pub use super::rule::Rule;
+pub use super::rule::{PytorchError, Rule};
 use crate::format::error::FormatError;
 
 /// The first buffer a pickle is read into.
@@ -40,12 +40,21 @@ pub(super) fn checkpoint(
     what: impl Into<String>,
     cut_short: bool,
 ) -> FormatError {
-    FormatError::Pytorch {
-        path: path.to_path_buf(),
-        rule,
-        what: what.into(),
-        cut_short,
-    }
+    let what = what.into();
+    FormatError::invalid(
+        path,
+        PytorchError {
+            rule,
+            what,
+            cut_short,
+        },
+    )
+}
+
+/// What a refusal of a trap found (a pickle that names an unsafe global), if `e` is one.
+pub(super) fn trap_found(e: &FormatError) -> Option<&str> {
+    let e = e.broken::<PytorchError>()?;
+    (e.rule == UNSAFE).then_some(&e.what)
 }
 
 /// The rule of a pickle that names a global that is not one `torch.save` writes for tensors.
@@ -62,8 +71,8 @@ pub(super) fn trap(globals: &[String]) -> String {
 /// `e`, a refusal for another rule of a file whose pickles name the unsafe `globals`, as the
 /// refusal of a trap (naming the other rule after); `e` itself if there are none.
 pub(super) fn refused_trap(path: &Path, globals: &[String], e: FormatError) -> FormatError {
-    match e {
-        FormatError::Pytorch { rule, what, .. } if !globals.is_empty() && rule != UNSAFE => {
+    match e.broken::<PytorchError>() {
+        Some(PytorchError { rule, what, .. }) if !globals.is_empty() && *rule != UNSAFE => {
             checkpoint(
                 path,
                 UNSAFE,
@@ -71,7 +80,7 @@ pub(super) fn refused_trap(path: &Path, globals: &[String], e: FormatError) -> F
                 false,
             )
         }
-        e => e,
+        _ => e,
     }
 }
 

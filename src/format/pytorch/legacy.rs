@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::container::{Container, Rule, Span, UNSAFE, checkpoint, load_at, refused_trap};
+use super::container::{Container, Rule, Span, checkpoint, load_at, refused_trap, trap_found};
 use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
@@ -88,7 +88,7 @@ fn read_pickles(
     let rest = match next("the main pickle", &mut at)
         .and_then(|main| Ok((main, next("the list of storage keys", &mut at)?)))
     {
-        Err(e @ FormatError::Pytorch { rule: UNSAFE, .. }) => return Err(e),
+        Err(e) if trap_found(&e).is_some() => return Err(e),
         rest => rest,
     };
     if big_endian {

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
-use container::{Container, Span, UNSAFE, checkpoint, load_at, trap};
+use container::{Container, Span, UNSAFE, checkpoint, load_at, trap, trap_found};
 pub use rule::Rule;
 use torch::{Found, MAX_NOTES};
 
@@ -84,13 +84,9 @@ fn plain_pickle(file: &File, len: u64, path: &Path) -> FormatError {
                 danger::unsafe_globals(&p.values, &mut unsafe_globals);
                 at += p.consumed as u64;
             }
-            Err(e @ FormatError::Pytorch { rule: UNSAFE, .. }) if unsafe_globals.is_empty() => {
-                return e;
-            }
-            Err(FormatError::Pytorch {
-                rule: UNSAFE, what, ..
-            }) => {
-                failed = Some(what);
+            Err(e) if trap_found(&e).is_some() && unsafe_globals.is_empty() => return e,
+            Err(e) if trap_found(&e).is_some() => {
+                failed = trap_found(&e).map(str::to_string);
                 break;
             }
             Err(_) => break,

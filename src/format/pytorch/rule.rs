@@ -88,3 +88,28 @@ rules! {
     /// A record's data past the end of the file.
     EntryOutOfFile,
 }
+
+/// The PyTorch reader's error: the rule a checkpoint breaks, what was found, and whether the file
+/// ends too soon (what a file still being written looks like).
+#[derive(Debug)]
+pub struct PytorchError {
+    pub rule: Rule,
+    pub what: String,
+    pub cut_short: bool,
+}
+
+impl crate::format::error::Broken for PytorchError {
+    fn rule(&self) -> String {
+        self.rule.name().into()
+    }
+
+    fn cut_short(&self) -> bool {
+        self.cut_short
+    }
+}
+
+impl std::fmt::Display for PytorchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}

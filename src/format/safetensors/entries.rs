@@ -16,7 +16,7 @@ use ::safetensors::SafeTensorError;
 use ::safetensors::tensor::{Metadata, TensorInfo};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::description::Tensor;
+use crate::format::description::Tensor;
 
 /// The tensors (in data order) and the metadata (keys sorted) of a valid header.
 pub(super) type Validated = (Vec<Arc<Tensor>>, Option<BTreeMap<String, String>>);

@@ -3,7 +3,7 @@
 //! `safetensors` crate.
 //!
 //! The rules are the crate's: this module reads the JSON into the crate's own types (through the
-//! one-pass reader of [`entries`](super::entries)), lets the crate's public constructor validate
+//! one-pass reader of [`entries`])), lets the crate's public constructor validate
 //! them, and adds the crate's last rule (the data fills the file exactly), which needs the file
 //! size the crate never sees here.
 
@@ -13,9 +13,15 @@ use std::path::Path;
 
 use ::safetensors::SafeTensorError;
 
+mod entries;
+mod error;
+
+pub use error::rule_name;
+
+use self::entries::Entries;
+use self::error::{Accident, PREFIX_LEN, SafetensorsError};
 use super::description::Description;
-use super::entries::Entries;
-use super::error::{Accident, FormatError, PREFIX_LEN};
+use super::error::FormatError;
 
 /// How much of the start of a rejected file is looked at to tell what it is instead.
 const SNIFF_LEN: usize = 512;
@@ -44,7 +50,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
             }
         }
         let accident = Accident::of(&start, file_len, declared, &e);
-        FormatError::Invalid(path.to_path_buf(), e, accident)
+        FormatError::invalid(path, SafetensorsError::Invalid(e, accident))
     };
     // The crate's own limit on the declared length, checked on the prefix alone before anything
     // of that length is read.
@@ -86,11 +92,13 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     match data_start.checked_add(data) {
         Some(end) if end == file_len => {}
         Some(end) if end > file_len => {
-            return Err(FormatError::Short {
-                path: path.to_path_buf(),
-                data,
-                present: file_len.saturating_sub(data_start),
-            });
+            return Err(FormatError::invalid(
+                path,
+                SafetensorsError::Short {
+                    data,
+                    present: file_len.saturating_sub(data_start),
+                },
+            ));
         }
         _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
     }
@@ -119,7 +127,6 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::rule_name;
     use crate::testing::TempDir;
     use std::io::{self, Write};
     use std::path::PathBuf;
