@@ -19,13 +19,9 @@ pub struct Format(&'static Spec);
 struct Spec {
     /// Its name in messages and in `--list --json`.
     name: &'static str,
-    /// The suffixes of its files' names (the stem before one names the tensor directory).
-    suffixes: &'static [&'static str],
-    /// The suffixes of the names its data files usually have (an ONNX model's external data):
-    /// files that only hold bytes its files' tensors lie in, mirrored and never interpreted, but
-    /// weight files to `verify` and `-o verify` (the files a description names are, whatever
-    /// their names).
-    data_suffixes: &'static [&'static str],
+    /// The files it claims, and the role each plays. A descriptor's suffix is cut off its name to
+    /// leave the stem its tensor directory is named after.
+    claims: &'static [(Pattern, Role)],
     /// What names the index of a set of its files: `STEM{infix}json` or
     /// `STEM{infix}VARIANT.json`.
     index_infix: Option<&'static str>,
@@ -57,6 +53,34 @@ struct Spec {
     read: fn(&File, &Path) -> Result<Description, FormatError>,
 }
 
+/// The part a file plays in its format's checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It describes tensors (the lone file of most formats, an ONNX model): it gets the tensor
+    /// directory and the virtual safetensors file, and carries its format's error attribute.
+    Descriptor,
+    /// It only holds bytes a descriptor's tensors lie in (an ONNX model's external data):
+    /// mirrored, never read alone, a weight file to `verify` and `-o verify`. The files a
+    /// description names are its data files whatever their names; this role is for the names
+    /// they usually have.
+    Data,
+}
+
+/// How a format recognises a file it claims.
+#[derive(Debug, Clone, Copy)]
+enum Pattern {
+    /// A name that ends in this suffix, in any case.
+    Suffix(&'static str),
+    /// A file that starts with these bytes: tried only on a SOURCE that is a single file whose
+    /// name no format claims (an ollama blob, a download saved without its name). Never in a
+    /// directory, where most files are not checkpoints and a cache's blobs are reached through
+    /// the names that link to them.
+    Magic(&'static [u8]),
+}
+
+/// How many bytes of a file [`Format::of_content`] looks at.
+pub const MAGIC_LEN: usize = 16;
+
 /// `name` without `suffix`, which ends it in any case.
 fn strip_suffix_any_case<'n>(name: &'n [u8], suffix: &str) -> Option<&'n [u8]> {
     let at = name.len().checked_sub(suffix.len())?;
@@ -73,8 +97,7 @@ fn same_stem(stem: &[u8]) -> Vec<u8> {
 /// The safetensors format itself.
 pub const SAFETENSORS: Format = Format(&Spec {
     name: "safetensors",
-    suffixes: &[".safetensors"],
-    data_suffixes: &[],
+    claims: &[(Pattern::Suffix(".safetensors"), Role::Descriptor)],
     index_infix: Some(".safetensors.index."),
     numbered: false,
     split_keys: [""; 3],
@@ -90,8 +113,19 @@ pub const SAFETENSORS: Format = Format(&Spec {
 /// PyTorch checkpoints written by `torch.save` (zip or legacy pickle).
 pub const PYTORCH: Format = Format(&Spec {
     name: "pytorch",
-    suffixes: &[".bin", ".pt", ".pth", ".ckpt"],
-    data_suffixes: &[],
+    claims: &[
+        (Pattern::Suffix(".bin"), Role::Descriptor),
+        (Pattern::Suffix(".pt"), Role::Descriptor),
+        (Pattern::Suffix(".pth"), Role::Descriptor),
+        (Pattern::Suffix(".ckpt"), Role::Descriptor),
+        // What torch.save writes: a zip archive, or (before 1.6) the pickled magic number
+        // 0x1950a86a20f9469cfc6c, protocol 2.
+        (Pattern::Magic(b"PK\x03\x04"), Role::Descriptor),
+        (
+            Pattern::Magic(b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"),
+            Role::Descriptor,
+        ),
+    ],
     index_infix: Some(".bin.index."),
     numbered: false,
     split_keys: [""; 3],
@@ -112,8 +146,10 @@ pub const PYTORCH: Format = Format(&Spec {
 /// llama.cpp's GGUF files.
 pub const GGUF: Format = Format(&Spec {
     name: "gguf",
-    suffixes: &[".gguf"],
-    data_suffixes: &[],
+    claims: &[
+        (Pattern::Suffix(".gguf"), Role::Descriptor),
+        (Pattern::Magic(b"GGUF"), Role::Descriptor),
+    ],
     index_infix: None,
     numbered: true,
     split_keys: ["split.no", "split.count", "split.tensors.count"],
@@ -134,8 +170,11 @@ pub const GGUF: Format = Format(&Spec {
 /// ONNX models.
 pub const ONNX: Format = Format(&Spec {
     name: "onnx",
-    suffixes: &[".onnx"],
-    data_suffixes: &[".onnx_data", ".onnx.data"],
+    claims: &[
+        (Pattern::Suffix(".onnx"), Role::Descriptor),
+        (Pattern::Suffix(".onnx_data"), Role::Data),
+        (Pattern::Suffix(".onnx.data"), Role::Data),
+    ],
     index_infix: None,
     numbered: false,
     split_keys: [""; 3],
@@ -158,34 +197,47 @@ impl Format {
     /// Every format, in the order their names are tried.
     pub const ALL: [Format; 4] = [SAFETENSORS, PYTORCH, GGUF, ONNX];
 
-    /// The format a file's name says, with the stem its tensor directory is named after
-    /// (`model.safetensors` gives `model`, hence `model.tensors/`). A suffix matches in any case,
-    /// and the stem keeps its own (`MODEL.PT` gives `MODEL`): a reader such as `torch.load` never
-    /// looks at the name, so neither does the choice of the file's reader.
-    pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
+    /// The format that claims a file of this name, the role the file plays, and the stem left
+    /// once the suffix that claims it is cut off (`model.safetensors` gives `model`, hence
+    /// `model.tensors/`). A suffix matches in any case, and the stem keeps its own (`MODEL.PT`
+    /// gives `MODEL`): a reader such as `torch.load` never looks at the name, so neither does the
+    /// choice of the file's reader. The stem is not empty, but for a safetensors file's.
+    pub fn claim(file_name: &[u8]) -> Option<(Format, Role, &[u8])> {
         Format::ALL.into_iter().find_map(|f| {
-            f.0.suffixes
-                .iter()
-                .find_map(|suffix| strip_suffix_any_case(file_name, suffix))
-                .filter(|stem| f.0.native || !stem.is_empty())
-                .map(|stem| (f, stem))
-        })
-    }
-
-    /// Whether a file's name is one a format's data files usually have (`model.onnx_data`), in
-    /// any case.
-    pub fn is_data_file(file_name: &[u8]) -> bool {
-        Format::ALL.iter().any(|f| {
-            f.0.data_suffixes.iter().any(|suffix| {
-                strip_suffix_any_case(file_name, suffix).is_some_and(|s| !s.is_empty())
+            f.0.claims.iter().find_map(|(pattern, role)| match pattern {
+                Pattern::Suffix(suffix) => strip_suffix_any_case(file_name, suffix)
+                    .filter(|stem| f.0.native || !stem.is_empty())
+                    .map(|stem| (f, *role, stem)),
+                Pattern::Magic(_) => None,
             })
         })
     }
 
-    /// The format a file that is a whole SOURCE is read as: the one its name says, else
-    /// safetensors.
-    pub fn for_source(file_name: &[u8]) -> Format {
-        Format::of(file_name).map_or(SAFETENSORS, |(f, _)| f)
+    /// The format a file of this name describes tensors in, with the stem its tensor directory
+    /// is named after (see [`Format::claim`]).
+    pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
+        Format::claim(file_name)
+            .filter(|(_, role, _)| *role == Role::Descriptor)
+            .map(|(f, _, stem)| (f, stem))
+    }
+
+    /// The format whose files start as `start` (at least [`MAGIC_LEN`] bytes of a file, or all of
+    /// it) does.
+    pub fn of_content(start: &[u8]) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| {
+            f.0.claims
+                .iter()
+                .any(|(pattern, _)| matches!(pattern, Pattern::Magic(m) if start.starts_with(m)))
+        })
+    }
+
+    /// The format a file that is a whole SOURCE is read as: the one its name says, else the one
+    /// its first bytes `start` say, else safetensors.
+    pub fn for_source(file_name: &[u8], start: &[u8]) -> Format {
+        Format::of(file_name)
+            .map(|(f, _)| f)
+            .or_else(|| Format::of_content(start))
+            .unwrap_or(SAFETENSORS)
     }
 
     /// Its index in [`Format::ALL`].
@@ -229,10 +281,13 @@ impl Format {
         if !self.0.numbered {
             return None;
         }
-        let (stem, suffix) = self.0.suffixes.iter().find_map(|s| {
-            let stem = strip_suffix_any_case(file_name, s)?;
-            Some((stem, &file_name[stem.len()..]))
-        })?;
+        let (format, Role::Descriptor, stem) = Format::claim(file_name)? else {
+            return None;
+        };
+        let suffix = &file_name[stem.len()..];
+        if format != self {
+            return None;
+        }
         let digits = |b: &[u8]| -> Option<u32> {
             let ok = b.len() == 5 && b.iter().all(u8::is_ascii_digit);
             std::str::from_utf8(b).ok().filter(|_| ok)?.parse().ok()
@@ -379,7 +434,22 @@ mod tests {
         assert_eq!(Format::of(b".bin"), None);
         assert_eq!(Format::of(b"m.Q4_K.gguf"), Some((GGUF, &b"m.Q4_K"[..])));
         assert_eq!(Format::of(b"config.json"), None);
-        assert_eq!(Format::for_source(b"weights"), SAFETENSORS);
+        assert_eq!(Format::of(b"MODEL.PT"), Some((PYTORCH, &b"MODEL"[..])));
+        assert_eq!(
+            Format::claim(b"model.ONNX_DATA"),
+            Some((ONNX, Role::Data, &b"model"[..]))
+        );
+        assert_eq!(Format::of(b"model.onnx_data"), None);
+        assert_eq!(Format::for_source(b"weights", b"{}"), SAFETENSORS);
+        // A file whose name no format claims, by its first bytes.
+        assert_eq!(Format::for_source(b"sha256-00ff", b"GGUF\x03\0\0\0"), GGUF);
+        assert_eq!(Format::for_source(b"model", b"PK\x03\x04\x14\0"), PYTORCH);
+        let legacy = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.";
+        assert_eq!(Format::for_source(b"model", legacy), PYTORCH);
+        // The name first.
+        assert_eq!(Format::for_source(b"m.safetensors", b"GGUF"), SAFETENSORS);
+        // Magic is never a claim by name.
+        assert_eq!(Format::claim(b"GGUF"), None);
         for (i, f) in Format::ALL.into_iter().enumerate() {
             assert_eq!(f.position(), i);
         }

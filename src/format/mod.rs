@@ -34,5 +34,7 @@ pub use converted::{Converted, Part};
 pub use description::{Computed, Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
-pub use formats::{Format, GGUF, IndexName, Numbered, ONNX, PYTORCH, SAFETENSORS, conversion_key};
+pub use formats::{
+    Format, GGUF, IndexName, MAGIC_LEN, Numbered, ONNX, PYTORCH, Role, SAFETENSORS, conversion_key,
+};
 pub use safetensors::rule_name;

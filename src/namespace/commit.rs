@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::diff::{Diff, Removed};
 use super::draft::{Body, DirDraft, Draft};
-use super::node::{Attr, Content, Dir, Ino, Kind, Node, Origin, Xattrs};
+use super::node::{Attr, Content, Dir, Ino, Kind, Node, Origin, Refusal, Xattrs};
 use super::record::Record;
 use super::snapshot::Snapshot;
 use super::table::Table;
@@ -276,11 +276,12 @@ fn same_file(a: &Node, b: &Node) -> bool {
         }
 }
 
-/// Whether two mirrored files carry the same error, as the `user.safetensors.error` says it.
+/// Whether two mirrored files carry the same error in the same attribute.
 fn same_error(a: &Node, b: &Node) -> bool {
+    let said = |r: &Refusal| (r.xattr, r.to_string());
     match (&a.content, &b.content) {
         (Content::Mirror { error: x, .. }, Content::Mirror { error: y, .. }) => {
-            x.as_ref().map(ToString::to_string) == y.as_ref().map(ToString::to_string)
+            x.as_ref().map(said) == y.as_ref().map(said)
         }
         _ => true,
     }

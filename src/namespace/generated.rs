@@ -23,7 +23,7 @@ use super::draft::{self, Body, Draft};
 use super::error::BuildError;
 use super::indexes;
 use super::layout;
-use super::node::{Content, FileError, Ino, Origin};
+use super::node::{Content, FileError, Ino, Origin, Refusal};
 use super::numbered;
 use super::options::Policy;
 use super::record::Generated;
@@ -49,13 +49,23 @@ pub struct Dir<'a> {
 /// A directory's generated directories, and the errors its mirrored files carry.
 pub struct Interpreted {
     pub drafts: Vec<Drafted<Draft>>,
-    pub errors: HashMap<Arc<[u8]>, FileError>,
+    pub errors: Errors,
 }
 
 /// A generated directory (drafted, or about to be), with the sources it is built from.
 pub struct Drafted<T> {
     pub draft: T,
     pub inputs: Vec<Arc<Source>>,
+}
+
+/// Why files of the directory are not interpreted, by name.
+pub type Errors = HashMap<Arc<[u8]>, Refusal>;
+
+/// Says why the file `name`, claimed by `format` as a file that describes tensors, is not
+/// interpreted, in the attribute `format` says such errors in.
+fn refuse(errors: &mut Errors, name: &Arc<[u8]>, format: Format, why: FileError) {
+    let xattr = format.error_xattr();
+    errors.insert(name.clone(), Refusal { xattr, why });
 }
 
 /// A file (by its place among the directory's files) that wants a generated entry.
@@ -73,13 +83,13 @@ struct Want {
 enum Wanted {
     /// Its tensors, as a file of this format, in a directory.
     Tensors(Format),
-    /// For an index, its merged set.
-    Set,
+    /// For an index of a set of files of this format, its merged set.
+    Set(Format),
     /// For a checkpoint of another format, the safetensors file it converts to.
     Converted(Format),
-    /// For the index of a set of checkpoints, the index of the safetensors files they convert
-    /// to.
-    ConvertedIndex,
+    /// For the index of a set of checkpoints of this format, the index of the safetensors files
+    /// they convert to.
+    ConvertedIndex(Format),
     /// For the first shard of a numbered set of this format, the merged set.
     Numbered(Format),
     /// For the first shard of a numbered set, the index of the safetensors files its shards
@@ -87,9 +97,23 @@ enum Wanted {
     NumberedIndex(Format),
 }
 
+impl Wanted {
+    /// The format of the file that wants it (of an index's shards).
+    fn format(self) -> Format {
+        match self {
+            Wanted::Tensors(f)
+            | Wanted::Set(f)
+            | Wanted::Converted(f)
+            | Wanted::ConvertedIndex(f)
+            | Wanted::Numbered(f)
+            | Wanted::NumberedIndex(f) => f,
+        }
+    }
+}
+
 impl Want {
     fn set(&self) -> bool {
-        matches!(self.what, Wanted::Set | Wanted::Numbered(_))
+        matches!(self.what, Wanted::Set(_) | Wanted::Numbered(_))
     }
 }
 
@@ -148,12 +172,12 @@ impl Step<'_> {
 
     /// The merged directory an index of this name asks for (only while its shards' format is
     /// read).
-    fn merged_dir(&self, name: &[u8]) -> Option<String> {
+    fn merged_dir(&self, name: &[u8]) -> Option<(Format, String)> {
         let index = IndexName::of(name)?;
         self.policy
             .options
             .reads(index.format)
-            .then_some(index.merged_dir)
+            .then_some((index.format, index.merged_dir))
     }
 
     /// What a file of this name is read as ahead of use, if anything.
@@ -196,7 +220,7 @@ impl Step<'_> {
         &self,
         files: &[(Arc<[u8]>, Arc<Source>)],
         open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
-        errors: &mut HashMap<Arc<[u8]>, FileError>,
+        errors: &mut Errors,
     ) -> Result<Vec<Want>, BuildError> {
         let mut wants = Vec::new();
         for (i, (name, source)) in files.iter().enumerate() {
@@ -205,7 +229,7 @@ impl Step<'_> {
             }
             if let Some((format, stem)) = self.policy.options.format_of(name) {
                 if self.in_flux(name) {
-                    errors.insert(name.clone(), self.being_written());
+                    refuse(errors, name, format, self.being_written());
                     continue;
                 }
                 match source.describe(format) {
@@ -223,7 +247,7 @@ impl Step<'_> {
                                 if !settling && source.first_warning(Warning::Invalid) {
                                     warn!("{}: {e}", source.path.display());
                                 }
-                                errors.insert(name.clone(), e);
+                                refuse(errors, name, format, e);
                                 continue;
                             }
                         };
@@ -249,7 +273,7 @@ impl Step<'_> {
                                 if !d.tensors.is_empty()
                                     || matches!(&d.conversion, Some(Err(e)) if e.is_trap()) =>
                             {
-                                errors.insert(name.clone(), FileError::NotConverted(why.clone()));
+                                refuse(errors, name, format, FileError::NotConverted(why.clone()));
                             }
                             _ => {}
                         }
@@ -282,21 +306,21 @@ impl Step<'_> {
                                 self.policy.reject(BuildError::NoTensorsDir(e.clone()))?;
                             }
                         }
-                        errors.insert(name.clone(), FileError::Invalid(e.clone()));
+                        refuse(errors, name, format, FileError::Invalid(e.clone()));
                     }
                 }
-            } else if let Some(dir) = self.merged_dir(name) {
+            } else if let Some((format, dir)) = self.merged_dir(name) {
                 wants.push(Want {
                     file: i,
                     dir: dir.into_bytes(),
-                    what: Wanted::Set,
+                    what: Wanted::Set(format),
                     data: Arc::from([]),
                 });
                 if let Some(converted) = IndexName::of(name).and_then(|i| i.converted) {
                     wants.push(Want {
                         file: i,
                         dir: converted,
-                        what: Wanted::ConvertedIndex,
+                        what: Wanted::ConvertedIndex(format),
                         data: Arc::from([]),
                     });
                 }
@@ -338,7 +362,7 @@ impl Step<'_> {
                 Verdict::Real
                     if matches!(
                         want.what,
-                        Wanted::Converted(_) | Wanted::ConvertedIndex | Wanted::NumberedIndex(_)
+                        Wanted::Converted(_) | Wanted::ConvertedIndex(_) | Wanted::NumberedIndex(_)
                     ) =>
                 {
                     log::debug!("{}: {dir_name} is a real file", path.display());
@@ -346,8 +370,8 @@ impl Step<'_> {
                 Verdict::Real => {
                     if source.first_warning(Warning::NameTaken) {
                         let what = match want.what {
-                            Wanted::Set | Wanted::Numbered(_) => "merged tensors",
-                            Wanted::ConvertedIndex | Wanted::NumberedIndex(_) => {
+                            Wanted::Set(_) | Wanted::Numbered(_) => "merged tensors",
+                            Wanted::ConvertedIndex(_) | Wanted::NumberedIndex(_) => {
                                 "index of its conversions"
                             }
                             Wanted::Tensors(_) => "tensors",
@@ -384,7 +408,7 @@ impl Step<'_> {
         &self,
         want: &Want,
         files: &'f [(Arc<[u8]>, Arc<Source>)],
-        errors: &mut HashMap<Arc<[u8]>, FileError>,
+        errors: &mut Errors,
     ) -> Result<Option<Drafted<Slot<'f>>>, BuildError> {
         let (name, source) = &files[want.file];
         let dir: Arc<[u8]> = Arc::from(&want.dir[..]);
@@ -424,11 +448,11 @@ impl Step<'_> {
             return Ok(self.numbered(want, format, files));
         }
         if self.in_flux(name) {
-            errors.insert(name.clone(), self.being_written());
+            refuse(errors, name, want.what.format(), self.being_written());
             return Ok(None);
         }
         let merged = self.merged(name, source, files);
-        if want.what == Wanted::ConvertedIndex {
+        if let Wanted::ConvertedIndex(_) = want.what {
             // Its set's problems are the set's want's to report.
             let Ok((_, merged)) = merged else {
                 return Ok(None);
@@ -452,7 +476,12 @@ impl Step<'_> {
             Ok(m) => m,
             Err(why) => {
                 let why = Arc::new(why);
-                errors.insert(name.clone(), FileError::Set(why.clone()));
+                refuse(
+                    errors,
+                    name,
+                    want.what.format(),
+                    FileError::Set(why.clone()),
+                );
                 // A shard still being written is no problem yet.
                 if !why.settling() && source.first_warning(Warning::Invalid) {
                     self.policy.reject(BuildError::NoMergedDir {

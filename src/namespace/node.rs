@@ -61,10 +61,11 @@ pub fn no_xattrs() -> Arc<Xattrs> {
 pub enum Content {
     /// Behind an `Arc`, so that the file variants (most nodes) stay small.
     Dir(Arc<Dir>),
-    /// A mirrored file: the whole source, and why it is not what its name claims, if it is not.
+    /// A mirrored file: the whole source, and why it is not what its claiming format reads, if
+    /// it is not.
     Mirror {
         source: Arc<Source>,
-        error: Option<FileError>,
+        error: Option<Refusal>,
     },
     /// One tensor of a source, widened if `widen` says so (`-o dtype=`); its bytes are in
     /// `data` where another file holds them (a model's data file).
@@ -96,7 +97,22 @@ pub enum Content {
     Link(Arc<[u8]>),
 }
 
-/// Why a mirrored file is not interpreted as its name says (its `user.safetensors.error`).
+/// Why a file a format claims is not interpreted, and the attribute that says it: the one its
+/// format shows errors of files of the file's role in (chosen where the file is claimed, never
+/// from its name).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub xattr: &'static str,
+    pub why: FileError,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.why.fmt(f)
+    }
+}
+
+/// Why a mirrored file is not interpreted as its claiming format reads it.
 #[derive(Debug, Clone)]
 pub enum FileError {
     /// Not a valid file of its format.

@@ -18,10 +18,14 @@ use super::tensor_dirs::file_tensors;
 use crate::format::{Format, NotOffered};
 use crate::source::{Registry, Source, Version, Warning};
 
-/// The format SOURCE is read as: the one its name says, else safetensors.
+/// The format SOURCE is read as: the one its name says, else the one its first bytes say, else
+/// safetensors.
 pub fn format_of(source: &Source) -> Format {
     let name = source.path.file_name().unwrap_or_default();
-    Format::for_source(std::os::unix::ffi::OsStrExt::as_bytes(name))
+    Format::for_source(
+        std::os::unix::ffi::OsStrExt::as_bytes(name),
+        &source.start(),
+    )
 }
 
 /// The root of a single-file mount and its entries. What a directory's mirrored file says of

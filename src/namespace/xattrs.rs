@@ -10,7 +10,7 @@ use log::debug;
 use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::digest::{Sha256, hex};
 use crate::format::widen::Widening;
-use crate::format::{Dtype, Format, IndexName, Tensor};
+use crate::format::{Dtype, Format, Tensor};
 use crate::source::Source;
 
 /// The kernel's limits on extended attributes (XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_LIST_MAX).
@@ -94,10 +94,6 @@ fn block(t: &TensorFile) -> Option<(&'static str, Vec<u8>)> {
     }
 }
 
-/// A mirrored file's attribute: why it is not interpreted as its name says.
-/// The error attribute of a file no format claims.
-const DEFAULT_ERROR: &str = "user.safetensors.error";
-
 /// A mirrored weight file's attribute: the SHA-256 SOURCE records for it (see
 /// [`Source::recorded`]).
 const RECORDED: &str = "user.tensormount.sha256";
@@ -144,7 +140,7 @@ impl Node {
         match &self.content {
             Content::Dir(d) => d.xattrs.keys().cloned().collect(),
             Content::Mirror { error, source } => {
-                let error = error.as_ref().map(|_| error_name(&self.name).to_string());
+                let error = error.as_ref().map(|e| e.xattr.to_string());
                 let recorded = recorded(source).map(|_| RECORDED.to_string());
                 error.into_iter().chain(recorded).collect()
             }
@@ -165,7 +161,7 @@ impl Node {
             return block(&t).filter(|(k, _)| *k == name).map(|(_, v)| v);
         }
         match &self.content {
-            Content::Mirror { error: Some(e), .. } if name == error_name(&self.name) => {
+            Content::Mirror { error: Some(e), .. } if name == e.xattr => {
                 Some(e.to_string().into_bytes())
             }
             Content::Mirror { source, .. } if name == RECORDED => {
@@ -187,15 +183,6 @@ fn recorded(source: &Source) -> Option<&Sha256> {
         false => source.recorded(),
     };
     recorded.map(|r| &r.sha256)
-}
-
-/// The attribute that says why the mirrored file `file_name` is not interpreted as its name says:
-/// where the format of the file (or of the shards of the index) shows its errors.
-fn error_name(file_name: &[u8]) -> &'static str {
-    let format = Format::of(file_name)
-        .map(|(f, _)| f)
-        .or_else(|| IndexName::of(file_name).map(|i| i.format));
-    format.map_or(DEFAULT_ERROR, Format::error_xattr)
 }
 
 /// The xattr of each metadata entry the kernel can carry (name, value and list limits), named as

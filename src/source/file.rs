@@ -10,7 +10,7 @@
 //! is in use (see [`Sources`]); reopened, it must still be the same version.
 
 use std::fs::{self, File, Metadata};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLockReadGuard};
@@ -25,7 +25,7 @@ use super::sources::Sources;
 use super::version::Version;
 use crate::digest::{self, Sha256};
 use crate::format::index::{self, Index, Plan};
-use crate::format::{Converted, Description, Format};
+use crate::format::{Converted, Description, Format, MAGIC_LEN};
 use crate::sys;
 
 /// Filesystem types (`statfs.f_type`) that may stall and whose changes made elsewhere inotify
@@ -277,6 +277,15 @@ impl Source {
             .iter()
             .find_map(|d| Some(d.get()?.as_ref().ok()?.data_start))
             .unwrap_or(0)
+    }
+
+    /// Its first bytes, as many as a format's magic needs to be told (fewer for a shorter file,
+    /// none for one that cannot be read).
+    pub fn start(&self) -> Vec<u8> {
+        let mut start = vec![0; MAGIC_LEN.min(self.version.size as usize)];
+        let read = self.file_for_read().ok().map(|f| f.read_at(&mut start, 0));
+        start.truncate(read.and_then(Result::ok).unwrap_or(0));
+        start
     }
 
     /// The format it was described in, if it has valid tensors.

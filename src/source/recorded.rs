@@ -119,9 +119,8 @@ fn beside(entry: &Path) -> Option<Recorded> {
 pub(super) fn worth_looking_up(entry: &Path, canonical: &Path) -> bool {
     use crate::format::Format;
     let weight = |p: &Path| {
-        p.file_name().is_some_and(|n| {
-            Format::of(n.as_bytes()).is_some() || Format::is_data_file(n.as_bytes())
-        })
+        p.file_name()
+            .is_some_and(|n| Format::claim(n.as_bytes()).is_some())
     };
     weight(entry) || weight(canonical) || blob_name(canonical).is_some()
 }

@@ -726,3 +726,41 @@ fn verify_checks_a_gguf_in_a_hugging_face_cache_against_its_blob_name() {
         stderr(&out)
     );
 }
+
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn a_single_file_source_whose_name_says_no_format_is_read_by_its_first_bytes() {
+    // An ollama blob: a GGUF named by its SHA-256, with no suffix.
+    let tmp = TempDir::new("gguf-blob");
+    let (src, header) = fixture(&tmp, "4");
+    let digest = sha256sum(&src.join("model.gguf"));
+    let blob = tmp.join(format!("sha256-{digest}"));
+    fs::rename(src.join("model.gguf"), &blob).unwrap();
+    let m = mount_ok(&blob, "");
+    let all = tensors(&header);
+    let mut shown: Vec<String> = fs::read_dir(m.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "__metadata__")
+        .collect();
+    shown.sort();
+    let mut want: Vec<String> = all.iter().map(|t| escaped(&t.0)).collect();
+    want.sort();
+    assert_eq!(shown, want);
+    for (name, ty, _, offset, size) in &all {
+        let t = m.path(&escaped(name));
+        assert!(
+            fs::read(&t).unwrap() == source_bytes(&blob, *offset, *size),
+            "{name}"
+        );
+        assert_eq!(
+            getxattr(&t, "user.safetensors.dtype").as_deref(),
+            Some(&ty[..])
+        );
+        assert_eq!(
+            getxattr(&t, "user.tensormount.format").as_deref(),
+            Some("gguf")
+        );
+    }
+    m.unmount().unwrap();
+}

@@ -656,7 +656,7 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
         |_| {
             Some(sets::Shard {
                 source: &source,
-                format: Some(crate::format::Format::for_source(b"s.safetensors")),
+                format: Some(crate::format::SAFETENSORS),
                 settled: true,
             })
         },
