@@ -4,7 +4,7 @@
 //! - [`format`]: checkpoint formats, each a reader that turns a file into a description of its
 //!   tensors (safetensors, validated by the official crate), and the exact widening of narrow
 //!   floats and packed blocks ([`format::widen`]), the index of a sharded set
-//!   ([`format::index`]);
+//!   ([`format::set::index`]);
 //!   [`names`] and [`npy`]: tensor names as file names, and NPY headers;
 //! - [`source`]: source files opened, interpreted, kept open within bounds, leased and read, owned
 //!   by one [`source::Sources`] value;

@@ -14,7 +14,8 @@
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
 //!   interpreted without running any of it;
 //! - [`onnx`]: the reader of ONNX models, whose protobuf is walked by `pread`, never read whole;
-//! - [`index`]: a sharded set's index (`NAME.safetensors.index.json`), parsed;
+//! - [`set`]: sets of files (an index and its shards, numbered shards): their names, the index
+//!   parsed;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
 mod converted;
@@ -24,17 +25,16 @@ mod error;
 mod formats;
 pub mod gguf;
 pub mod half;
-pub mod index;
 mod onnx;
 mod pytorch;
 mod safetensors;
+pub mod set;
 pub mod widen;
 
 pub use converted::{Converted, Part};
 pub use description::{Computed, Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
-pub use formats::{
-    Format, GGUF, IndexName, MAGIC_LEN, Numbered, ONNX, PYTORCH, Role, SAFETENSORS, conversion_key,
-};
+pub use formats::{Format, GGUF, MAGIC_LEN, ONNX, PYTORCH, Role, SAFETENSORS, conversion_key};
 pub use safetensors::rule_name;
+pub use set::{IndexName, Numbered};

@@ -21,19 +21,17 @@ use super::claims::{self, Claim, Verdict};
 use super::data_files;
 use super::draft::{self, Body, Draft};
 use super::error::BuildError;
-use super::indexes;
 use super::layout;
 use super::node::{Content, FileError, Ino, Origin, Refusal};
-use super::numbered;
 use super::options::Policy;
 use super::record::Generated;
 use super::scan::{self, Flux};
-use super::sets::{self, Merged, SetError, Shard};
+use super::sets::{self, Merged, SetError, Shard, indexes, numbered};
 use super::snapshot::Snapshot;
 use super::tensor_dirs::{Build, build, metadata_of};
 use super::xattrs;
-use crate::format::index::{self, Plan};
-use crate::format::{Format, IndexName};
+use crate::format::set::index::{self, Plan};
+use crate::format::{Format, IndexName, Numbered};
 use crate::parallel;
 use crate::source::{Parse, Source, Warning};
 
@@ -277,7 +275,7 @@ impl Step<'_> {
                             }
                             _ => {}
                         }
-                        let first = format.numbered(name).filter(|s| s.no == 1 && s.count > 1);
+                        let first = Numbered::of(format, name).filter(|s| s.no == 1 && s.count > 1);
                         if let Some(set) = first {
                             let dir = [&set.base[..], b".tensors"].concat();
                             wants.push(Want {
@@ -541,7 +539,7 @@ impl Step<'_> {
         files: &'f [(Arc<[u8]>, Arc<Source>)],
     ) -> Option<Drafted<Slot<'f>>> {
         let (name, source) = &files[want.file];
-        let set = format.numbered(name)?;
+        let set = Numbered::of(format, name)?;
         let merged = numbered::check(format, &set, |n| {
             let (n, s) = files.iter().find(|(f, _)| &f[..] == n)?;
             let settled = !self.in_flux(n);

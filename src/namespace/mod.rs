@@ -15,8 +15,8 @@
 //! - [`scan`]: what one source directory holds, and which files are still being written;
 //! - [`real`]: a directory's mirrored entries; [`single`]: a single-file SOURCE;
 //! - [`generated`]: its generated directories, with [`claims`] (who gets a name), [`sets`]
-//!   (indexes checked against their shards), [`numbered`] (sets of numbered shards without an
-//!   index), [`indexes`] (the index files of conversions), [`data_files`] (the other files a
+//!   (a set checked against its shards: an index's, or numbered shards without one; and its index
+//!   of conversions), [`data_files`] (the other files a
 //!   description's tensors lie in), [`tensor_dirs`] (the tensor directories built) and
 //!   [`layout`] (the files of a tensor directory, each tensor an [`entry`]);
 //! - [`draft`], [`record`] and [`commit`]: a directory's wanted content, what was scanned, and
@@ -31,11 +31,9 @@ mod draft;
 mod entry;
 mod error;
 mod generated;
-mod indexes;
 mod layout;
 mod live;
 mod node;
-mod numbered;
 mod options;
 mod reading;
 mod real;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::format::FormatError;
-use crate::format::index::IndexError;
+use crate::format::set::index::IndexError;
 
 /// Why a source file cannot be used: opened, or opened again as the version found.
 #[derive(Debug)]

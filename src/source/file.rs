@@ -24,7 +24,7 @@ use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
 use crate::digest::{self, Sha256};
-use crate::format::index::{self, Index, Plan};
+use crate::format::set::index::{self, Index, Plan};
 use crate::format::{Converted, Description, Format, MAGIC_LEN};
 use crate::sys;
 

@@ -748,7 +748,7 @@ fn a_single_file_source_whose_name_says_no_format_is_read_by_its_first_bytes() {
     want.sort();
     assert_eq!(shown, want);
     for (name, ty, _, offset, size) in &all {
-        let t = m.path(&escaped(name));
+        let t = m.path(escaped(name));
         assert!(
             fs::read(&t).unwrap() == source_bytes(&blob, *offset, *size),
             "{name}"

@@ -504,8 +504,8 @@ fn check_set(
     files: &[(&str, bool)],
 ) -> Result<sets::Merged, SetError> {
     let bytes = index(map);
-    let idx = crate::format::index::parse(&bytes).unwrap();
-    let plan = crate::format::index::Plan::of(idx);
+    let idx = crate::format::set::index::parse(&bytes).unwrap();
+    let plan = crate::format::set::index::Plan::of(idx);
     let mut registry = crate::source::Registry::new(sources());
     let sources: Vec<(&str, Arc<Source>, bool)> = files
         .iter()
@@ -530,7 +530,7 @@ fn check_set(
                 settled: *settled,
             })
         },
-        || crate::format::index::parse(&bytes).map_err(crate::source::PlanError::Invalid),
+        || crate::format::set::index::parse(&bytes).map_err(crate::source::PlanError::Invalid),
     )
 }
 
@@ -644,8 +644,8 @@ fn an_index_checked_against_its_shards_names_the_disagreement() {
 fn an_index_broken_since_its_plan_gives_its_own_error() {
     let d = Dir::new("namespace");
     publish(&d.join("s1.safetensors"), &st(&[("a", 2, 1), ("b", 2, 2)]));
-    let plan = crate::format::index::Plan::of(
-        crate::format::index::parse(&index(&[("a", "s1.safetensors")])).unwrap(),
+    let plan = crate::format::set::index::Plan::of(
+        crate::format::set::index::parse(&index(&[("a", "s1.safetensors")])).unwrap(),
     );
     let path = d.join("s1.safetensors");
     let source = crate::source::Registry::new(sources())
@@ -656,11 +656,11 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
         |_| {
             Some(sets::Shard {
                 source: &source,
-                format: Some(crate::format::SAFETENSORS),
+                format: Some(crate::format::Format::for_source(b"s.safetensors", &[])),
                 settled: true,
             })
         },
-        || crate::format::index::parse(b"{}").map_err(crate::source::PlanError::Invalid),
+        || crate::format::set::index::parse(b"{}").map_err(crate::source::PlanError::Invalid),
     )
     .err()
     .unwrap();
@@ -669,7 +669,7 @@ fn an_index_broken_since_its_plan_gives_its_own_error() {
             &e,
             SetError::Index(i) if matches!(
                 **i,
-                crate::source::PlanError::Invalid(crate::format::index::IndexError::NoWeightMap)
+                crate::source::PlanError::Invalid(crate::format::set::index::IndexError::NoWeightMap)
             )
         ),
         "{e:?}"

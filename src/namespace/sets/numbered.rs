@@ -6,9 +6,9 @@
 
 use std::collections::HashMap;
 
-use super::entry::Entry;
-use super::sets::{Merged, SetError, Shard};
+use super::{Merged, SetError, Shard};
 use crate::format::{Format, Numbered};
+use crate::namespace::entry::Entry;
 
 /// Checks the numbered set `set` of `format` against its shards (`file` looks a file of the
 /// directory up by name).
@@ -24,7 +24,7 @@ pub fn check<'a>(
     let mut claimed = None;
     let [no_key, count_key, tensors_key] = format.split_keys();
     for no in 1..=set.count {
-        let name = format.shard_name(set, no);
+        let name = set.shard_name(no);
         let shard = String::from_utf8_lossy(&name).into_owned();
         let wrong = |why: String| SetError::Numbered {
             shard: shard.clone(),
@@ -68,7 +68,7 @@ pub fn check<'a>(
     }
     if let Some(n) = claimed.filter(|&n| n != entries.len() as u64) {
         return Err(SetError::Numbered {
-            shard: String::from_utf8_lossy(&format.shard_name(set, 1)).into_owned(),
+            shard: String::from_utf8_lossy(&set.shard_name(1)).into_owned(),
             why: format!(
                 "says the set has {n} tensors ({tensors_key}), its shards hold {}",
                 entries.len()

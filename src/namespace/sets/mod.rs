@@ -11,11 +11,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::format::IndexName;
-use crate::format::index::{Index, Plan};
+use crate::format::set::index::{Index, Plan};
 use crate::format::{Description, Format};
 use crate::source::{PlanError, Source};
 
 /// A tensor with the source it is served from.
+pub mod indexes;
+pub mod numbered;
+
 use super::entry::Entry;
 
 /// A file of the index's directory, as the check needs it.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::draft::{self, Draft};
-use super::node::Content;
-use super::sets::Merged;
+use super::Merged;
 use crate::format::Format;
+use crate::namespace::draft::{self, Draft};
+use crate::namespace::node::Content;
 use crate::source::Source;
 
 /// The index of the safetensors files a set of checkpoints converts to, named `name`: the index
