@@ -9,7 +9,9 @@ use std::path::Path;
 
 use super::description::Description;
 use super::error::FormatError;
-use super::{gguf, onnx, pytorch, safetensors};
+use super::listing::Listing;
+use super::{gguf, ollama, onnx, pytorch, safetensors};
+use crate::digest::Sha256;
 
 /// A format whose files the mount interprets. Compared by name: each is one value.
 #[derive(Clone, Copy)]
@@ -49,8 +51,47 @@ struct Spec {
     /// The xattr of a mirrored file of this format (or of an index of its sets) that says why it
     /// is not interpreted.
     error_xattr: &'static str,
-    /// Its reader.
+    /// Its reader (of a file claimed as a descriptor).
     read: fn(&File, &Path) -> Result<Description, FormatError>,
+    /// For a format whose models are a store's (ollama's), how the store is laid out; such a
+    /// format claims no file by name, and its reader is never called.
+    store: Option<Store>,
+}
+
+/// How a format's models lie in a store: a directory with a subdirectory of descriptors and one
+/// of blobs named by their digests. A store's files are claimed by their path in it: a file
+/// `depth` levels below the descriptors' directory is a descriptor (its error shown in the
+/// format's error attribute), a file of the blobs' directory is mirrored only, with the digest
+/// its name says. Each descriptor's model is shown, by its name, below a generated directory of
+/// the store.
+pub struct Store {
+    /// The subdirectory of descriptors (`manifests`), and how deep below it each lies.
+    pub descriptors: (&'static str, usize),
+    /// The subdirectory of blobs (`blobs`).
+    pub blobs: &'static str,
+    /// The generated directory the models are shown in, beside the two (`by-name`).
+    pub view: &'static str,
+    /// The most of a descriptor that is read.
+    pub max_descriptor: u64,
+    /// The name of the model a descriptor describes (its path below the view, `/` between
+    /// directories) from its path below the descriptors' directory; `None` for a file that is
+    /// not a descriptor.
+    pub name: fn(&[&[u8]]) -> Option<String>,
+    /// Reads the bytes of a descriptor (whose path is given, for messages).
+    pub read: fn(&[u8], &Path) -> Result<Listing, FormatError>,
+    /// The file generated beside a model's files (`Modelfile`), and how: for the model `name`,
+    /// from the text of its listed files (by place; `None` for a file whose text is not needed).
+    pub generated: (&'static str, Generate),
+    /// The digest a blob's file name says.
+    pub digest: fn(&[u8]) -> Option<Sha256>,
+}
+
+/// Makes a file of a model from the text of its listed files (see [`Store::generated`]).
+pub type Generate = fn(&str, &Listing, &[Option<&[u8]>]) -> Vec<u8>;
+
+/// A store format's reader of files, never called: it claims no file by name.
+fn no_file(_: &File, path: &Path) -> Result<Description, FormatError> {
+    Err(FormatError::Foreign(path.to_path_buf()))
 }
 
 /// The part a file plays in its format's checkpoints.
@@ -108,6 +149,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.safetensors.error",
     read: safetensors::describe,
+    store: None,
 });
 
 /// PyTorch checkpoints written by `torch.save` (zip or legacy pickle).
@@ -141,6 +183,7 @@ pub const PYTORCH: Format = Format(&Spec {
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.tensormount.error",
     read: pytorch::describe,
+    store: None,
 });
 
 /// llama.cpp's GGUF files.
@@ -165,6 +208,7 @@ pub const GGUF: Format = Format(&Spec {
     metadata_xattr: "user.gguf.",
     error_xattr: "user.tensormount.error",
     read: gguf::describe,
+    store: None,
 });
 
 /// ONNX models.
@@ -191,11 +235,43 @@ pub const ONNX: Format = Format(&Spec {
     metadata_xattr: "user.onnx.",
     error_xattr: "user.tensormount.error",
     read: onnx::describe,
+    store: None,
+});
+
+/// ollama's model store: every manifest's model shown by name in `by-name/`.
+pub const OLLAMA: Format = Format(&Spec {
+    name: "ollama",
+    claims: &[],
+    index_infix: None,
+    numbered: false,
+    split_keys: [""; 3],
+    toggle: Some((
+        "ollama",
+        "an ollama model store (a directory with manifests/ and blobs/) gets by-name/, every \
+         model by the name ollama list gives it, with model.gguf and its views, its other layers \
+         as files and a Modelfile (on, the default); off: plain mirrored files",
+    )),
+    native: false,
+    empty_dir: false,
+    converted_stem: same_stem,
+    metadata_xattr: "user.ollama.",
+    error_xattr: "user.tensormount.error",
+    read: no_file,
+    store: Some(Store {
+        descriptors: ("manifests", 4),
+        blobs: "blobs",
+        view: "by-name",
+        max_descriptor: ollama::MAX_MANIFEST,
+        name: ollama::model_name,
+        read: |bytes, path| ollama::listing(bytes).map_err(|e| FormatError::invalid(path, e)),
+        generated: ("Modelfile", ollama::modelfile),
+        digest: ollama::blob_digest,
+    }),
 });
 
 impl Format {
     /// Every format, in the order their names are tried.
-    pub const ALL: [Format; 4] = [SAFETENSORS, PYTORCH, GGUF, ONNX];
+    pub const ALL: [Format; 5] = [SAFETENSORS, PYTORCH, GGUF, ONNX, OLLAMA];
 
     /// The format that claims a file of this name, the role the file plays, and the stem left
     /// once the suffix that claims it is cut off (`model.safetensors` gives `model`, hence
@@ -238,6 +314,21 @@ impl Format {
             .map(|(f, _)| f)
             .or_else(|| Format::of_content(start))
             .unwrap_or(SAFETENSORS)
+    }
+
+    /// The digest the path of a store's blob says (`.../blobs/sha256-HEX`), if it is one.
+    pub fn blob_digest(path: &Path) -> Option<Sha256> {
+        let dir = path.parent()?.file_name()?;
+        let name = path.file_name()?.as_encoded_bytes();
+        Format::ALL
+            .iter()
+            .filter_map(|f| f.store())
+            .find_map(|s| (dir == s.blobs).then(|| (s.digest)(name)).flatten())
+    }
+
+    /// How its models lie in a store, for a format whose models are a store's.
+    pub fn store(self) -> Option<&'static Store> {
+        self.0.store.as_ref()
     }
 
     /// Its index in [`Format::ALL`].

@@ -25,6 +25,8 @@ mod error;
 mod formats;
 pub mod gguf;
 pub mod half;
+mod listing;
+mod ollama;
 mod onnx;
 mod pytorch;
 mod safetensors;
@@ -35,6 +37,9 @@ pub use converted::{Converted, Part};
 pub use description::{Computed, Conversion, Description, NotOffered, Split, Tensor};
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
-pub use formats::{Format, GGUF, MAGIC_LEN, ONNX, PYTORCH, Role, SAFETENSORS, conversion_key};
+pub use formats::{
+    Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Store, conversion_key,
+};
+pub use listing::{Listed, Listing};
 pub use safetensors::rule_name;
 pub use set::{IndexName, Numbered};

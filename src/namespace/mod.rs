@@ -42,6 +42,7 @@ mod scan;
 mod sets;
 mod single;
 mod snapshot;
+mod stores;
 mod table;
 mod tensor_dirs;
 mod writer;

@@ -14,11 +14,12 @@ use log::warn;
 use super::draft::{self, Body, DirDraft, Draft};
 use super::error::BuildError;
 use super::generated::{self, generated};
-use super::node::{Content, Ino, Origin, no_xattrs};
+use super::node::{Content, Ino, Origin, Refusal, no_xattrs};
 use super::options::Policy;
 use super::record::{Generated, Record};
 use super::scan::{self, Flux, Scan, What};
 use super::snapshot::Snapshot;
+use super::stores;
 use crate::source::{FileId, Registry, Source};
 
 /// Directories nested deeper than this are left out (with a warning).
@@ -136,6 +137,18 @@ impl Walk<'_> {
             budget,
         )?;
         let mut errors = interpreted.errors;
+        // A store's descriptors say why a model is not shown on their own files.
+        if let Some((format, root, below)) = stores::descriptors_in(self.policy, d.path) {
+            for (name, source) in &files {
+                let mut parts: Vec<&[u8]> = below.iter().map(Vec::as_slice).collect();
+                parts.push(name);
+                let model = stores::model(self.policy, format, &root, &parts, source, &mut open);
+                if let Err(why) = model {
+                    let xattr = format.error_xattr();
+                    errors.insert(name.clone(), Refusal { xattr, why });
+                }
+            }
+        }
         for (name, source) in files {
             // A kept link to a file still gets the file's `.tensors/` (above), but shows as a link.
             if let Some(What::Link { meta, target, .. }) = d.scan.get(&name).map(|e| &e.what) {
@@ -156,6 +169,35 @@ impl Walk<'_> {
                 inputs,
             });
             drafts.push(draft);
+        }
+        let is_dir = |n: &[u8]| {
+            d.scan
+                .get(n)
+                .is_some_and(|e| matches!(e.what, What::Dir(_)))
+        };
+        if let Some(format) = stores::store_at(self.policy, is_dir) {
+            let view = format.store().map_or("", |s| s.view).as_bytes();
+            if drafts.iter().any(|c| &*c.name == view) {
+                log::debug!(
+                    "{}: a real entry is named {}; it is shown instead of the store's models",
+                    d.path.display(),
+                    String::from_utf8_lossy(view)
+                );
+            } else if let Some(generated::Drafted { draft, inputs }) = stores::view(
+                self.policy,
+                self.now,
+                format,
+                d.path,
+                &d.scan.meta,
+                &mut open,
+                budget,
+            )? {
+                shown.push(Generated {
+                    name: draft.name.clone(),
+                    inputs,
+                });
+                drafts.push(draft);
+            }
         }
         Ok((drafts, shown))
     }

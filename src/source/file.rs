@@ -279,6 +279,16 @@ impl Source {
             .unwrap_or(0)
     }
 
+    /// Its bytes, the first `max` of them at most (a small file read whole: a store's descriptor,
+    /// the text of a template).
+    pub fn bytes(&self, max: u64) -> Result<Vec<u8>, SourceError> {
+        let file = self.file_for_read()?;
+        let mut out = vec![0; self.version.size.min(max) as usize];
+        file.read_exact_at(&mut out, 0)
+            .map_err(SourceError::Reopen)?;
+        Ok(out)
+    }
+
     /// Its first bytes, as many as a format's magic needs to be told (fewer for a shorter file,
     /// none for one that cannot be read).
     pub fn start(&self) -> Vec<u8> {

@@ -125,13 +125,17 @@ pub(super) fn worth_looking_up(entry: &Path, canonical: &Path) -> bool {
     weight(entry) || weight(canonical) || blob_name(canonical).is_some()
 }
 
-/// A Hugging Face cache blob: `.../blobs/<64 hex>`.
+/// A Hugging Face cache blob (`.../blobs/<64 hex>`), or a model store's blob, named by its
+/// digest as its format names blobs (ollama's `.../blobs/sha256-<64 hex>`).
 fn blob_name(canonical: &Path) -> Option<Recorded> {
-    let parent = canonical.parent()?;
-    if parent.file_name()? != "blobs" {
-        return None;
-    }
-    let sha256 = parse_hex(canonical.file_name()?.to_str()?)?;
+    let hugging_face = || {
+        let parent = canonical.parent()?;
+        if parent.file_name()? != "blobs" {
+            return None;
+        }
+        parse_hex(canonical.file_name()?.to_str()?)
+    };
+    let sha256 = hugging_face().or_else(|| crate::format::Format::blob_digest(canonical))?;
     Some(Recorded {
         sha256,
         how: How::BlobName,

@@ -28,6 +28,8 @@ mod integrity;
 mod layering;
 /// The example loaders (C++, Java, JavaScript, Python, the GPU path) on a mount.
 mod loaders;
+/// ollama's model store: every model by name, its layers and views, hostile manifests.
+mod ollama;
 /// ONNX models: tensor files of initializers and Constant nodes, hostile models.
 mod onnx;
 /// The Debian package and the wheel.

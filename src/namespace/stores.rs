@@ -1,0 +1,289 @@
+//! A store's named models (see [`Store`]): in a directory with the store's two subdirectories, a
+//! generated directory (`by-name/`) holds each model its descriptors describe, by name, with the
+//! blobs they list as files of their listed names (each interpreted as its name says, with the
+//! views every such file gets) and the file the format makes from them (a `Modelfile`). A
+//! descriptor whose model cannot be shown says why in its format's error attribute, on its own
+//! mirrored file; the store's other models are shown all the same.
+//!
+//! A descriptor's locations are resolved in its own store, and only to regular files there.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::{self, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::draft::{self, Draft};
+use super::error::BuildError;
+use super::generated::{self, Drafted, generated};
+use super::node::{Content, FileError};
+use super::options::Policy;
+use super::scan::Flux;
+use crate::format::{Format, Store};
+use crate::source::{DescribeError, Source};
+
+/// The most of a listed file's text a generated file is made from.
+const MAX_TEXT: u64 = 1 << 20;
+
+/// The most descriptors of one store that are read.
+const MAX_MODELS: usize = 100_000;
+
+/// A model a descriptor describes, ready to show.
+pub struct Model {
+    /// Its name, `/` between the directories of the view it is in.
+    pub name: String,
+    /// Its files by name (sorted), each a blob of the store.
+    pub files: Vec<(Arc<[u8]>, Arc<Source>)>,
+    /// The generated file's name and bytes.
+    pub generated: (&'static str, Vec<u8>),
+}
+
+/// The store format (among those read) whose store the directory `dir` is, whose subdirectories
+/// include `has`.
+pub fn store_at(policy: Policy<'_>, has: impl Fn(&[u8]) -> bool) -> Option<Format> {
+    Format::ALL.into_iter().find(|f| {
+        policy.options.reads(*f)
+            && f.store().is_some_and(|s| {
+                has(s.descriptors.0.as_bytes()) && has(s.blobs.as_bytes()) && !s.view.is_empty()
+            })
+    })
+}
+
+/// Where the files of the directory `dir` are a store's descriptors: the format, the store's
+/// root, and the directories of `dir`'s path below the descriptors' directory.
+pub fn descriptors_in(policy: Policy<'_>, dir: &Path) -> Option<(Format, PathBuf, Vec<Vec<u8>>)> {
+    Format::ALL.into_iter().find_map(|f| {
+        let store = f.store().filter(|_| policy.options.reads(f))?;
+        let (name, depth) = store.descriptors;
+        let root = dir.ancestors().nth(depth)?;
+        let top = dir.ancestors().nth(depth - 1)?;
+        let ok = top.file_name() == Some(OsStr::new(name))
+            && fs::symlink_metadata(root.join(store.blobs)).is_ok_and(|m| m.is_dir());
+        let below: Vec<Vec<u8>> = dir
+            .strip_prefix(top)
+            .ok()?
+            .iter()
+            .map(|c| c.as_bytes().to_vec())
+            .collect();
+        ok.then(|| (f, root.to_path_buf(), below))
+    })
+}
+
+/// The model the descriptor `source` (at `parts` below the descriptors' directory of the store at
+/// `root`) describes; `Ok(None)` if the file is not a descriptor; or why it cannot be shown.
+pub fn model(
+    policy: Policy<'_>,
+    format: Format,
+    root: &Path,
+    parts: &[&[u8]],
+    source: &Arc<Source>,
+    open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
+) -> Result<Option<Model>, FileError> {
+    let Some(store) = format.store() else {
+        return Ok(None);
+    };
+    let Some(name) = (store.name)(parts) else {
+        return Ok(None);
+    };
+    let unreadable =
+        |e| FileError::Invalid(Arc::new(DescribeError::Unreadable(source.path.clone(), e)));
+    let bytes = source.bytes(store.max_descriptor + 1).map_err(unreadable)?;
+    let listing = (store.read)(&bytes, &source.path)
+        .map_err(|e| FileError::Invalid(Arc::new(DescribeError::Invalid(e))))?;
+    let mut blob = |location: &str, size: u64| -> Result<Arc<Source>, FileError> {
+        let path = root.join(location);
+        // A regular file of the store, never a link out of it.
+        let found = fs::symlink_metadata(&path)
+            .ok()
+            .filter(Metadata::is_file)
+            .and_then(|_| open(&path));
+        let Some(found) = found else {
+            return Err(FileError::Data(
+                format!("it names the blob {location}, which is missing [MissingBlob]").into(),
+            ));
+        };
+        if found.len() != size {
+            return Err(FileError::Data(
+                format!(
+                    "it says the blob {location} has {size} bytes; it has {} [SizeMismatch]",
+                    found.len()
+                )
+                .into(),
+            ));
+        }
+        Ok(found)
+    };
+    for (location, size) in &listing.unshown {
+        blob(location, *size)?;
+    }
+    let mut files: Vec<(Arc<[u8]>, Arc<Source>)> = Vec::with_capacity(listing.files.len());
+    let mut texts = Vec::with_capacity(listing.files.len());
+    for listed in &listing.files {
+        let found = blob(&listed.location, listed.size)?;
+        if listed.interpreted {
+            let read = policy.options.format_of(listed.name.as_bytes());
+            if let Some((f, _)) = read
+                && let Err(e) = found.describe(f)
+            {
+                return Err(FileError::Data(
+                    format!(
+                        "its {} ({}) is not a valid {} file: {}",
+                        listed.name,
+                        listed.location,
+                        f.name(),
+                        e.reason()
+                    )
+                    .into(),
+                ));
+            }
+        }
+        texts.push(listed.text.then(|| found.bytes(MAX_TEXT).ok()).flatten());
+        files.push((Arc::from(listed.name.as_bytes()), found));
+    }
+    let texts: Vec<Option<&[u8]>> = texts.iter().map(Option::as_deref).collect();
+    let (file, make) = store.generated;
+    let generated = (file, make(&name, &listing, &texts));
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Some(Model {
+        name,
+        files,
+        generated,
+    }))
+}
+
+/// The descriptors of the store at `root`: each file `depth` levels below its descriptors'
+/// directory, with its path below it, in order.
+fn descriptors(store: &Store, root: &Path) -> Vec<(Vec<Vec<u8>>, PathBuf)> {
+    let (name, depth) = store.descriptors;
+    let mut level = vec![(Vec::new(), root.join(name))];
+    for d in 0..depth {
+        let mut next = Vec::new();
+        for (parts, dir) in level {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut entries: Vec<_> = entries.flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let Ok(kind) = e.file_type() else { continue };
+                let last = d + 1 == depth;
+                if (last && !kind.is_file()) || (!last && !kind.is_dir()) {
+                    continue;
+                }
+                let mut p: Vec<Vec<u8>> = parts.clone();
+                p.push(e.file_name().as_bytes().to_vec());
+                next.push((p, e.path()));
+                if next.len() > MAX_MODELS {
+                    log::warn!(
+                        "{}: more than {MAX_MODELS} descriptors; the rest are left out",
+                        root.display()
+                    );
+                    return next;
+                }
+            }
+        }
+        level = next;
+    }
+    level
+}
+
+/// The generated directory of the store at `root` (whose metadata is `meta`), of `format`: every
+/// model its descriptors describe that can be shown, by name.
+pub fn view(
+    policy: Policy<'_>,
+    now: Instant,
+    format: Format,
+    root: &Path,
+    meta: &Metadata,
+    open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
+    budget: &mut usize,
+) -> Result<Option<Drafted<Draft>>, BuildError> {
+    let Some(store) = format.store() else {
+        return Ok(None);
+    };
+    let mut inputs = Vec::new();
+    let mut tree = Tree::default();
+    for (parts, path) in descriptors(store, root) {
+        let Some(source) = fs::metadata(&path).ok().and_then(|_| open(&path)) else {
+            continue;
+        };
+        let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        inputs.push(source.clone());
+        let Ok(Some(m)) = model(policy, format, root, &parts, &source, open) else {
+            continue;
+        };
+        inputs.extend(m.files.iter().map(|(_, s)| s.clone()));
+        let dir = root.join(store.view).join(&m.name);
+        let d = generated::Dir {
+            path: &dir,
+            flux: &Flux::default(),
+            shown: &[],
+            old: None,
+        };
+        let interpreted = generated(policy, now, &d, &[], &m.files, open, budget)?;
+        let mut children: Vec<Draft> = m
+            .files
+            .iter()
+            .map(|(name, s)| {
+                let attr = draft::file_attr(&s.meta, s.len());
+                let content = Content::Mirror {
+                    source: s.clone(),
+                    error: None,
+                };
+                Draft::file(name.clone(), attr, content)
+            })
+            .collect();
+        children.extend(interpreted.drafts.into_iter().map(|d| d.draft));
+        let (file, bytes) = m.generated;
+        if !children.iter().any(|c| &*c.name == file.as_bytes()) {
+            let attr = draft::file_attr(&source.meta, bytes.len() as u64);
+            let content = Content::Generated(Arc::from(bytes));
+            children.push(Draft::file(Arc::from(file.as_bytes()), attr, content));
+        }
+        tree.insert(m.name.split('/'), children);
+    }
+    let attr = draft::dir_attr(meta);
+    *budget = budget.saturating_sub(tree.count());
+    Ok(Some(Drafted {
+        draft: tree.draft(store.view.as_bytes(), attr),
+        inputs,
+    }))
+}
+
+/// The view's directories: each model's files at the end of its name's path.
+#[derive(Default)]
+struct Tree {
+    dirs: BTreeMap<Vec<u8>, Tree>,
+    files: Vec<Draft>,
+}
+
+impl Tree {
+    fn insert<'a>(&mut self, mut path: impl Iterator<Item = &'a str>, files: Vec<Draft>) {
+        match path.next() {
+            Some(part) => self
+                .dirs
+                .entry(part.as_bytes().to_vec())
+                .or_default()
+                .insert(path, files),
+            None => self.files = files,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.files.iter().map(Draft::count).sum::<usize>()
+            + self.dirs.values().map(|t| 1 + t.count()).sum::<usize>()
+    }
+
+    fn draft(self, name: &[u8], attr: super::node::Attr) -> Draft {
+        let mut children = self.files;
+        for (n, t) in self.dirs {
+            if !children.iter().any(|c| *c.name == *n) {
+                children.push(t.draft(&n, attr));
+            }
+        }
+        children.sort_by(|a, b| a.name.cmp(&b.name));
+        Draft::generated_dir(Arc::from(name), attr, super::node::no_xattrs(), children)
+    }
+}
