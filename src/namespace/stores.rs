@@ -27,6 +27,13 @@ use crate::source::{DescribeError, Source};
 /// The most of a listed file's text a generated file is made from.
 const MAX_TEXT: u64 = 1 << 20;
 
+/// How far below a store its files lie, at most (its descriptors' directory, and the directories
+/// in it): a change that deep shows its models again.
+pub fn depth() -> usize {
+    let stores = Format::ALL.into_iter().filter_map(Format::store);
+    stores.map(|s| s.descriptors.1 + 1).max().unwrap_or(0)
+}
+
 /// The most descriptors of one store that are read.
 const MAX_MODELS: usize = 100_000;
 

@@ -27,6 +27,7 @@ use super::record::Record;
 use super::scan::{Scan, What};
 use super::single;
 use super::snapshot::Snapshot;
+use super::stores;
 use crate::clock::Clock;
 use crate::source::{FileId, Registry, Sources, Version};
 use crate::sys;
@@ -154,6 +155,9 @@ impl Writer {
         let mut c = Commit::new(old, self.next_ino);
         let mut queue: VecDeque<Ino> = dirs.iter().copied().collect();
         let mut done = HashSet::new();
+        // Stores whose models are shown again, whatever their own scan says: something below
+        // changed.
+        let mut stores = HashSet::new();
         let mut budget = MAX_NODES.saturating_sub(old.node_count() as usize);
         while let Some(d) = queue.pop_front() {
             if !done.insert(d) || c.table.get(d).is_none() {
@@ -162,7 +166,9 @@ impl Writer {
             let Some(mut rec) = self.records.remove(&d) else {
                 continue;
             };
-            let gone = match self.rebuild(&mut c, old, d, &mut rec, &mut budget) {
+            let rescanned = c.diff.rescanned.len();
+            let forced = stores.contains(&d);
+            let gone = match self.rebuild(&mut c, old, d, &mut rec, forced, &mut budget) {
                 Ok(gone) => gone,
                 Err(e) => {
                     error!("{e}; that change is not shown");
@@ -172,9 +178,62 @@ impl Writer {
             if gone && let Some(p) = rec.parent {
                 queue.push_back(p);
             }
+            let changed = gone || c.diff.rescanned.len() > rescanned;
+            let parent = rec.parent;
             self.records.insert(d, rec);
+            // A store's models are shown again, and its descriptors say again why one is not:
+            // a blob that arrived, a manifest written.
+            if changed
+                && let Some(store) = self.store_above(parent)
+                && stores.insert(store)
+            {
+                done.remove(&store);
+                queue.push_back(store);
+                for dir in self.descriptor_dirs(store) {
+                    if stores.insert(dir) {
+                        done.remove(&dir);
+                        queue.push_back(dir);
+                    }
+                }
+            }
         }
         self.finish(c, old)
+    }
+
+    /// The nearest directory at or above `dir` that holds a store (see [`stores`]), within the
+    /// depth a store's files lie at.
+    fn store_above(&self, mut dir: Option<Ino>) -> Option<Ino> {
+        let policy = self.policy();
+        for _ in 0..=stores::depth() {
+            let d = dir?;
+            let rec = self.records.get(&d)?;
+            let is_dir = |n: &[u8]| {
+                rec.scan
+                    .get(n)
+                    .is_some_and(|e| matches!(e.what, What::Dir(_)))
+            };
+            if stores::store_at(policy, is_dir).is_some() {
+                return Some(d);
+            }
+            dir = rec.parent;
+        }
+        None
+    }
+
+    /// The directories of the store at `store` whose files are its descriptors.
+    fn descriptor_dirs(&self, store: Ino) -> Vec<Ino> {
+        let Some(root) = self.records.get(&store).map(|r| &r.path) else {
+            return Vec::new();
+        };
+        let policy = self.policy();
+        self.records
+            .iter()
+            .filter(|(_, r)| {
+                r.path.starts_with(root)
+                    && stores::descriptors_in(policy, &r.path).is_some_and(|(_, at, _)| at == *root)
+            })
+            .map(|(ino, _)| *ino)
+            .collect()
     }
 
     /// Every directory of SOURCE in the tree (the root for a single-file mount), parents first.
@@ -271,14 +330,16 @@ impl Writer {
         (snapshot, c.diff)
     }
 
-    /// Rebuilds the directory `d` if it changed. Returns true if it is gone (or is now another
-    /// directory), for its parent to deal with.
+    /// Rebuilds the directory `d` if it changed, or if `forced` (a store, something below which
+    /// changed). Returns true if it is gone (or is now another directory), for its parent to deal
+    /// with.
     fn rebuild(
         &mut self,
         c: &mut Commit<'_>,
         old: &Snapshot,
         d: Ino,
         rec: &mut Record,
+        forced: bool,
         budget: &mut usize,
     ) -> Result<bool, BuildError> {
         let now = self.now();
@@ -303,7 +364,7 @@ impl Writer {
         };
         let settle = self.options.settle;
         let due = rec.flux.deadline(settle).is_some_and(|t| t <= now);
-        if scan.same(&rec.scan) && !due {
+        if scan.same(&rec.scan) && !due && !forced {
             rec.scanned_at = scanned_at;
             return Ok(false);
         }

@@ -37,7 +37,11 @@ fn gguf_tensors(file: &Path) -> Vec<(String, u64, u64)> {
     out.lines()
         .map(|l| {
             let v: Vec<&str> = l.split(' ').collect();
-            (v[0].to_string(), v[1].parse().unwrap(), v[2].parse().unwrap())
+            (
+                v[0].to_string(),
+                v[1].parse().unwrap(),
+                v[2].parse().unwrap(),
+            )
         })
         .collect()
 }
@@ -61,7 +65,13 @@ fn every_manifest_is_a_model_by_name_with_its_layers_views_and_modelfile() {
     // Named as `ollama list` names them; hostile manifests' models are not shown.
     assert_eq!(
         names(&by_name),
-        ["hf.co", "jmorgan", "llama3.2:1b", "llama3.2:latest", "localhost:5000"]
+        [
+            "hf.co",
+            "jmorgan",
+            "llama3.2:1b",
+            "llama3.2:latest",
+            "localhost:5000"
+        ]
     );
     for model in expect["models"].as_array().unwrap() {
         let name = model["name"].as_str().unwrap();
@@ -136,5 +146,93 @@ fn every_manifest_is_a_model_by_name_with_its_layers_views_and_modelfile() {
     // Turned off, the store is only mirrored.
     let m = mount_ok(&src, "ollama=off");
     assert!(!m.path("models/by-name").exists());
+    m.unmount().unwrap();
+}
+
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn models_pulled_removed_and_retagged_are_followed_and_a_pull_shows_once_complete() {
+    let tmp = TempDir::new("ollama-live");
+    let (src, expect) = store(&tmp);
+    let m = mount_ok(&src, "");
+    let mnt = m.path("");
+    let manifests = src.join("models/manifests/registry.ollama.ai");
+    let by_name = m.path("models/by-name");
+    let model_of = |name: &str| -> String {
+        let model = expect["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap();
+        model["files"]["model.gguf"].as_str().unwrap().to_string()
+    };
+    let shown_digest = |name: &str| {
+        let path = by_name.join(name).join("model.gguf");
+        path.exists().then(|| sha256sum(&path))
+    };
+    // A tag added (`ollama cp`): a new manifest naming blobs already there.
+    let tag = manifests.join("library/llama3.2/copy");
+    fs::copy(manifests.join("library/llama3.2/1b"), &tag).unwrap();
+    wait_refreshed(&mnt, "llama3.2:copy", || {
+        by_name.join("llama3.2:copy/model.gguf").exists()
+    });
+    // A model removed (`ollama rm`): its manifest, then its emptied directories.
+    fs::remove_file(manifests.join("library/llama3.2/1b")).unwrap();
+    wait_refreshed(&mnt, "llama3.2:1b gone", || {
+        !by_name.join("llama3.2:1b").exists()
+    });
+    // A tag pointed at another model (the manifest replaced, as a pull of a tag replaces it).
+    let lora = model_of("jmorgan/lora:v1");
+    let other = tmp.join("manifest");
+    fs::copy(manifests.join("jmorgan/lora/v1"), &other).unwrap();
+    fs::rename(&other, &tag).unwrap();
+    let want = Path::new(&lora).file_name().unwrap().to_str().unwrap()[7..].to_string();
+    wait_refreshed(&mnt, "llama3.2:copy retagged", || {
+        shown_digest("llama3.2:copy").as_deref() == Some(&want[..])
+    });
+    assert!(by_name.join("llama3.2:copy/adapter.gguf").exists());
+    // A pull in progress: the manifest of a model whose blob is not whole yet is not shown.
+    let blob = b"a template, pulled last".to_vec();
+    let digest = {
+        let f = tmp.join("blob");
+        fs::write(&f, &blob).unwrap();
+        sha256sum(&f)
+    };
+    let blobs = src.join("models/blobs");
+    fs::write(blobs.join(format!("sha256-{digest}-partial")), &blob[..5]).unwrap();
+    let manifest = fs::read_to_string(manifests.join("library/llama3.2/latest")).unwrap();
+    let mut json = json(&manifest);
+    json["layers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.ollama.image.template",
+            "digest": format!("sha256:{digest}"),
+            "size": blob.len(),
+        }));
+    fs::create_dir_all(manifests.join("library/pulled")).unwrap();
+    fs::write(manifests.join("library/pulled/latest"), json.to_string()).unwrap();
+    let error = m.path("models/manifests/registry.ollama.ai/library/pulled/latest");
+    wait_refreshed(&mnt, "the pulled manifest", || error.exists());
+    wait_refreshed(&mnt, "the pulled manifest's error", || {
+        getxattr(&error, "user.tensormount.error").is_some_and(|e| e.ends_with("[MissingBlob]"))
+    });
+    assert!(!by_name.join("pulled:latest").exists());
+    // The blob whole, renamed into place: the model is shown, the error gone.
+    fs::write(blobs.join(format!("sha256-{digest}-partial")), &blob).unwrap();
+    fs::rename(
+        blobs.join(format!("sha256-{digest}-partial")),
+        blobs.join(format!("sha256-{digest}")),
+    )
+    .unwrap();
+    wait_refreshed(&mnt, "pulled:latest", || {
+        by_name.join("pulled:latest/template-2").exists()
+    });
+    assert_eq!(
+        fs::read(by_name.join("pulled:latest/template-2")).unwrap(),
+        blob
+    );
+    assert_eq!(getxattr(&error, "user.tensormount.error"), None);
     m.unmount().unwrap();
 }
