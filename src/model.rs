@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::format::{Format, Tensor};
-use crate::namespace::{Content, Ino, Options, Origin, ROOT, Snapshot, Writer, single_file_format};
-use crate::source::{Registry, Source, Sources};
+use crate::namespace::{
+    Content, FileError, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, single_file_format,
+    unreferenced_blobs,
+};
+use crate::source::{How, Registry, Source, Sources};
 use crate::sys;
 
 /// A SOURCE read as a mount reads it, with the default options.
@@ -117,8 +120,26 @@ impl Model {
                 holds.insert(&tensor.name, tensor.clone());
             }
         }
+        // A store's blobs, shown again by name in a generated directory, are verified once, at
+        // their own path, as files of the format their name there says.
+        let generated = |node: &Node| {
+            tree.node(node.parent)
+                .and_then(Node::dir)
+                .is_some_and(|d| d.origin == Origin::Generated)
+        };
+        let mut named: HashMap<&Path, Format> = HashMap::new();
+        for (_, _, node) in &all {
+            if let (Content::Mirror { source, .. }, true) = (&node.content, generated(node))
+                && let Some((f, _)) = Format::of(&node.name)
+            {
+                named.insert(source.path.as_path(), f);
+            }
+        }
         let (mut files, mut unopened) = (Vec::new(), Vec::new());
         for (path, ino, node) in &all {
+            if generated(node) {
+                continue;
+            }
             let source = match &node.content {
                 Content::Mirror { source, .. } => source,
                 // A link kept as a link leads to a mirrored file of the tree.
@@ -140,9 +161,12 @@ impl Model {
                 }
                 _ => continue,
             };
-            let format = Format::of(&node.name).map(|(f, _)| f);
+            let format = Format::of(&node.name)
+                .map(|(f, _)| f)
+                .or_else(|| named.get(source.path.as_path()).copied());
             let holds = held.get(source.path.as_path());
-            if format.is_some() || holds.is_some() {
+            let blob = source.recorded().is_some_and(|r| r.how == How::BlobName);
+            if format.is_some() || holds.is_some() || blob {
                 files.push(WeightFile {
                     path: path.clone(),
                     source: source.clone(),
@@ -158,6 +182,48 @@ impl Model {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         unopened.sort();
         (files, unopened)
+    }
+
+    /// The files whose tensors lie in data files that are not all there or not the size they say
+    /// (an ONNX model's, a store's manifest), with why: SOURCE does not hold what they name.
+    pub fn short_of_data(&self) -> Vec<(String, String)> {
+        let Ok(tree) = &self.tree else {
+            return Vec::new();
+        };
+        tree.entries()
+            .into_iter()
+            .filter_map(|(path, _, node)| match &node.content {
+                Content::Mirror { error: Some(e), .. } if matches!(e.why, FileError::Data(_)) => {
+                    Some((path, e.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The blobs of the stores in SOURCE that no descriptor names, by path in the tree.
+    pub fn unreferenced(&self) -> Vec<String> {
+        let Ok(tree) = &self.tree else {
+            return Vec::new();
+        };
+        let dirs = tree.entries().into_iter().filter_map(|(path, _, node)| {
+            let real = node.dir()?.origin != Origin::Generated;
+            real.then(|| self.root.join(path))
+        });
+        let mut out: Vec<String> = std::iter::once(self.root.clone())
+            .chain(dirs)
+            .flat_map(|dir| unreferenced_blobs(&dir))
+            .filter_map(|b| {
+                Some(
+                    b.strip_prefix(&self.root)
+                        .ok()?
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// The weight files of the directory of SOURCE at `path` that the tree left out because they

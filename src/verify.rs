@@ -6,7 +6,9 @@
 //!
 //! Each file is `ok`, `mismatch`, `unknown` (nothing recorded: its digest is printed so that it
 //! can be), `error` (unreadable, or changed while being verified) or `missing` (in the manifest,
-//! not in SOURCE). Exit status: 2 on a usage or read error, else 1 if anything mismatches or is
+//! not in SOURCE). A file that names data files SOURCE does not hold as it says (a store's
+//! manifest naming a blob that is missing or of another size) is a `mismatch`; a store's blob no
+//! manifest names is `unreferenced` where it would be `ok`, which fails nothing. Exit status: 2 on a usage or read error, else 1 if anything mismatches or is
 //! missing, else 0.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -162,6 +164,25 @@ fn run(args: &VerifyArgs) -> Result<u8, String> {
         .map(|f| f.path.clone())
         .chain(unopened.iter().map(|(p, _)| p.clone()))
         .collect();
+    // What descriptors name that SOURCE does not hold as they say (a store's manifest naming a
+    // missing blob, or one of another size; an ONNX model's data file).
+    for (path, why) in model.short_of_data() {
+        rows.push(Row {
+            path,
+            status: "mismatch",
+            expected: None,
+            actual: None,
+            bytes: 0,
+            error: Some(why),
+        });
+    }
+    // A store's blobs no manifest names: said (in place of `ok`), not a failure.
+    for path in model.unreferenced() {
+        if let Some(r) = rows.iter_mut().find(|r| r.path == path && r.status == "ok") {
+            r.status = "unreferenced";
+            r.error = Some("no descriptor of its store names it".into());
+        }
+    }
     for (path, why) in unopened {
         rows.push(Row {
             path,
@@ -409,6 +430,11 @@ fn text_report(rows: &[Row], tensors: &[TensorRow]) -> String {
     for r in rows {
         let detail = match (r.status, &r.expected, &r.actual) {
             ("ok", Some(e), _) => format!("sha256 {} ({})", hex(&e.sha256), e.how),
+            ("unreferenced", Some(e), _) => format!(
+                "sha256 {} ({}); no descriptor of its store names it",
+                hex(&e.sha256),
+                e.how
+            ),
             ("mismatch", Some(e), Some(a)) => format!(
                 "expected {} ({}: {}), read {}",
                 hex(&e.sha256),
@@ -473,8 +499,10 @@ fn summary(rows: &[Row], tensors: &[TensorRow], bytes: u64, seconds: f64) -> Str
         count("unknown"),
         count("error")
     );
-    if count("missing") > 0 {
-        text.push_str(&format!(", {} missing", count("missing")));
+    for extra in ["missing", "unreferenced"] {
+        if count(extra) > 0 {
+            text.push_str(&format!(", {} {extra}", count(extra)));
+        }
     }
     if !tensors.is_empty() {
         let bad = tensors.iter().filter(|t| t.status != "ok").count();

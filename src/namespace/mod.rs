@@ -60,6 +60,7 @@ pub use reading::{NotReadable, ReadAllError, tensor_bytes};
 pub use sets::SetError;
 pub use single::format_of as single_file_format;
 pub use snapshot::{Listed, Snapshot, SnapshotReadError};
+pub use stores::unreferenced_blobs;
 pub use writer::Writer;
 pub use xattrs::PREFIX as XATTR_PREFIX;
 

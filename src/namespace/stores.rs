@@ -196,6 +196,55 @@ fn descriptors(store: &Store, root: &Path) -> Vec<(Vec<Vec<u8>>, PathBuf)> {
     level
 }
 
+/// The blobs of the store at `root`, if it is one, that none of its descriptors names.
+pub fn unreferenced_blobs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for store in Format::ALL.into_iter().filter_map(Format::store) {
+        let is_dir = |n: &str| fs::symlink_metadata(root.join(n)).is_ok_and(|m| m.is_dir());
+        if !is_dir(store.descriptors.0) || !is_dir(store.blobs) {
+            continue;
+        }
+        let mut named = std::collections::HashSet::new();
+        for (parts, path) in descriptors(store, root) {
+            let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            if (store.name)(&parts).is_none() {
+                continue;
+            }
+            let Ok(file) = fs::File::open(&path) else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            if std::io::Read::read_to_end(
+                &mut std::io::Read::take(file, store.max_descriptor + 1),
+                &mut bytes,
+            )
+            .is_err()
+            {
+                continue;
+            }
+            if let Ok(listing) = (store.read)(&bytes, &path) {
+                let locations = listing
+                    .files
+                    .iter()
+                    .map(|f| &f.location)
+                    .chain(listing.unshown.iter().map(|(l, _)| l));
+                named.extend(locations.map(|l| root.join(&**l)));
+            }
+        }
+        let Ok(blobs) = fs::read_dir(root.join(store.blobs)) else {
+            continue;
+        };
+        for b in blobs.flatten() {
+            let path = b.path();
+            if (store.digest)(b.file_name().as_bytes()).is_some() && !named.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The generated directory of the store at `root` (whose metadata is `meta`), of `format`: every
 /// model its descriptors describe that can be shown, by name.
 pub fn view(

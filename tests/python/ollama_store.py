@@ -21,7 +21,7 @@ EXPECT.json: per model, its name (as `ollama list` says it), the blob of each fi
 by name, the Modelfile it must show (written here from ollama's rules: `ollama show
 --modelfile`'s header, FROM ./model.gguf, ADAPTER, FROM ./projector.gguf, TEMPLATE, SYSTEM,
 PARAMETER by name, LICENSE, MESSAGE; quoted as ollama's `quote` quotes), and which manifests
-must be refused with which rule; the referenced and unreferenced blobs.
+must be refused with which rule; the referenced blobs, and those no readable manifest names.
 """
 import hashlib
 import json
@@ -65,6 +65,7 @@ class Store:
         (root / "blobs").mkdir(parents=True, exist_ok=True)
         (root / "manifests").mkdir(parents=True, exist_ok=True)
         self.referenced = set()
+        self.unreadable = set()
 
     def blob(self, data: bytes) -> dict:
         digest = hashlib.sha256(data).hexdigest()
@@ -81,15 +82,19 @@ class Store:
         self.referenced.add(b["path"])
         return {"mediaType": IMAGE + kind, "digest": b["digest"], "size": b["size"]}
 
-    def manifest(self, name: str, layers: list, raw: bytes | None = None) -> Path:
+    def manifest(self, name: str, layers: list, raw: bytes | None = None, readable: bool = True) -> Path:
         host, namespace, model, tag = name.split("/")
         config = json.dumps({
             "model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
             "model_type": "1B", "file_type": "Q8_0", "architecture": "amd64", "os": "linux",
             "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in layers]},
         }, separators=(",", ":")).encode()
-        c = self.blob(config)
-        self.referenced.add(c["path"])
+        if raw is not None:
+            c = {"digest": "", "size": 0}
+        else:
+            c = self.blob(config)
+            # A manifest that cannot be read names no blob, its config's included.
+            (self.referenced.add if readable else self.unreadable.add)(c["path"])
         m = {
             "schemaVersion": 2,
             "mediaType": MANIFEST,
@@ -207,7 +212,7 @@ def write(root: Path, expect_path: Path) -> None:
     bad["missing"] = (s.manifest("registry.ollama.ai/library/missing/latest", [missing]), "MissingBlob")
     bad["size"] = (s.manifest("registry.ollama.ai/library/size/latest", [dict(good_layer, size=good_layer["size"] + 1)]), "SizeMismatch")
     escape = dict(good_layer, digest="sha256:../../../../../etc/passwd")
-    bad["digest"] = (s.manifest("registry.ollama.ai/library/digest/latest", [escape]), "BadDigest")
+    bad["digest"] = (s.manifest("registry.ollama.ai/library/digest/latest", [escape], readable=False), "BadDigest")
     text = s.layer("model", b"not a gguf file at all, but a text saved as the model layer\n")
     bad["notgguf"] = (s.manifest("registry.ollama.ai/library/notgguf/latest", [text]), "BadMagic")
 
@@ -222,7 +227,7 @@ def write(root: Path, expect_path: Path) -> None:
         "models": models,
         "bad": {k: {"manifest": str(p), "rule": r} for k, (p, r) in bad.items()},
         "referenced": sorted(s.referenced),
-        "unreferenced": [orphan["path"]],
+        "unreferenced": sorted([orphan["path"], *s.unreadable]),
     }
     expect_path.write_text(json.dumps(expect, indent=1))
 

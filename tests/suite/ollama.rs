@@ -236,3 +236,74 @@ fn models_pulled_removed_and_retagged_are_followed_and_a_pull_shows_once_complet
     assert_eq!(getxattr(&error, "user.tensormount.error"), None);
     m.unmount().unwrap();
 }
+
+#[test]
+fn verify_checks_every_blob_against_its_name_and_every_manifest_against_its_blobs() {
+    let tmp = TempDir::new("ollama-verify");
+    let (src, expect) = store(&tmp);
+    let verify = |want: i32| {
+        let out = run(&["verify", "--json", s(&src)]);
+        assert_eq!(out.status.code(), Some(want), "{}", stderr(&out));
+        json(&stdout(&out))
+    };
+    let report = verify(1);
+    let rows = report["files"].as_array().unwrap();
+    let row = |path: &str| rows.iter().find(|r| r["path"] == path);
+    let blobs = src.join("models/blobs");
+    let unreferenced: Vec<&str> = expect["unreferenced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let mut checked = 0;
+    for entry in fs::read_dir(&blobs).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let rel = format!("models/blobs/{name}");
+        let Some(hex) = name.strip_prefix("sha256-").filter(|h| h.len() == 64) else {
+            // Partial downloads and temporary files are not blobs.
+            assert!(row(&rel).is_none(), "{rel}");
+            continue;
+        };
+        let r = row(&rel).unwrap_or_else(|| panic!("{rel} not verified"));
+        assert_eq!(r["actual"].as_str(), Some(&sha256sum(&path)[..]), "{rel}");
+        assert_eq!(r["expected"].as_str(), Some(hex), "{rel}");
+        assert_eq!(r["recorded_as"], "blob-name");
+        let status = match unreferenced.contains(&s(&path)) {
+            true => "unreferenced",
+            false => "ok",
+        };
+        assert_eq!(r["status"], status, "{rel}");
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked} blobs");
+    // Each manifest naming a blob that is missing or of another size is a mismatch.
+    for what in ["missing", "size"] {
+        let bad = &expect["bad"][what];
+        let rel = Path::new(bad["manifest"].as_str().unwrap())
+            .strip_prefix(&src)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let r = row(&rel).unwrap_or_else(|| panic!("{rel} not reported"));
+        assert_eq!(r["status"], "mismatch", "{rel}");
+        let rule = format!("[{}]", bad["rule"].as_str().unwrap());
+        assert!(r["error"].as_str().unwrap().ends_with(&rule), "{r}");
+    }
+    // A flipped byte in a blob is a mismatch against its name.
+    let model = expect["models"][0]["files"]["template"].as_str().unwrap();
+    let mut bytes = fs::read(model).unwrap();
+    bytes[0] ^= 1;
+    fs::write(model, bytes).unwrap();
+    let report = verify(1);
+    let name = Path::new(model).file_name().unwrap().to_str().unwrap();
+    let r = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == format!("models/blobs/{name}"))
+        .unwrap();
+    assert_eq!(r["status"], "mismatch");
+}
