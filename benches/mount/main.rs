@@ -90,6 +90,9 @@
 //!     warm), against `onnx.load` + `numpy_helper.to_array` of every initializer; and the daemon's
 //!     resident memory right after mounting a 1.94 GiB single-file model (sparse), against after
 //!     mounting the external-data model.
+//! 15. ollama: a store of 20 models written as ollama writes one (benches/ollama_bench.py):
+//!     mount + a walk of `by-name/` stat'ing every file, against a script that reads every
+//!     manifest, names its model and stats its blobs.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
@@ -97,7 +100,7 @@
 //! runner, `tests/common/daemon.rs`) and undoes every mount on exit or signal; `measure.rs` holds
 //! the timed operations and the statistics; `cases/` the rows (`reads.rs` items 1-5 and 7,
 //! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11, `gguf.rs` 13,
-//! `onnx.rs` 14);
+//! `onnx.rs` 14, `ollama.rs` 15);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]
@@ -118,7 +121,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cases::{Bench, build_gguf, build_onnx};
+use cases::{Bench, build_gguf, build_ollama, build_onnx};
 use fixtures::{Sizes, build_data, build_large, build_pickle};
 use mounts::{CleanupGuard, Tuning, install_signal_cleanup, registry};
 use report::print_table;
@@ -280,6 +283,7 @@ fn run() -> Res<()> {
     let pickle = build_pickle(&root, &sz, python.as_deref());
     let gguf = build_gguf(&root, opts.quick);
     let onnx = build_onnx(&root, opts.quick, python.as_deref());
+    let ollama = build_ollama(&root, python.as_deref());
     // Flush the local baseline's inodes and xattr blocks now, so no writeback runs during the
     // measurements (and the final removal does not wait for it).
     let rootf = File::open(&root).map_err(err(root.display()))?;
@@ -306,6 +310,7 @@ fn run() -> Res<()> {
         pickle,
         gguf,
         onnx,
+        ollama,
         mnt,
         mnt_large,
         python,

@@ -307,3 +307,36 @@ fn verify_checks_every_blob_against_its_name_and_every_manifest_against_its_blob
         .unwrap();
     assert_eq!(r["status"], "mismatch");
 }
+
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn mount_verify_fails_reads_of_a_model_whose_blob_is_not_its_name() {
+    let tmp = TempDir::new("ollama-mount-verify");
+    let (src, expect) = store(&tmp);
+    let model = &expect["models"][0];
+    let blob = model["files"]["model.gguf"].as_str().unwrap();
+    let mut bytes = fs::read(blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    fs::write(blob, bytes).unwrap();
+    let m = mount_ok(&src, "verify");
+    let dir = m.path("models/by-name").join(model["name"].as_str().unwrap());
+    let verified = |p: &Path| {
+        let mut v = None;
+        wait_for("user.tensormount.verified", || {
+            v = getxattr(p, "user.tensormount.verified");
+            v.is_some()
+        });
+        v.unwrap()
+    };
+    assert_eq!(verified(&dir.join("model.gguf")), "mismatch");
+    let err = fs::read(dir.join("model.gguf")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    // Its other layers are their names' bytes.
+    assert_eq!(verified(&dir.join("template")), "ok");
+    assert_eq!(
+        fs::read(dir.join("template")).unwrap(),
+        fs::read(model["files"]["template"].as_str().unwrap()).unwrap()
+    );
+    m.unmount().unwrap();
+}

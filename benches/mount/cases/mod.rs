@@ -1,11 +1,12 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
 //! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10),
-//! `pickle.rs` (11), `integrity.rs` (12), `gguf.rs` (13) and `onnx.rs` (14).
+//! `pickle.rs` (11), `integrity.rs` (12), `gguf.rs` (13), `onnx.rs` (14) and `ollama.rs` (15).
 
 mod gguf;
 mod integrity;
 mod metadata;
+mod ollama;
 mod onnx;
 mod pickle;
 mod reads;
@@ -13,6 +14,7 @@ mod refresh;
 mod widen;
 
 pub use gguf::{GgufFixture, build_gguf};
+pub use ollama::{OllamaFixture, build_ollama};
 pub use onnx::{OnnxFixture, build_onnx};
 
 use std::ffi::OsStr;
@@ -39,6 +41,8 @@ pub struct Bench {
     pub gguf: Res<GgufFixture>,
     /// Item 14's ONNX models, or why they could not be written.
     pub onnx: Res<OnnxFixture>,
+    /// Item 15's ollama store, or why it could not be written.
+    pub ollama: Res<OllamaFixture>,
     pub mnt: PathBuf,
     pub mnt_large: PathBuf,
     pub python: Option<PathBuf>,
@@ -312,6 +316,10 @@ impl Bench {
         if self.wants(&["14"]) {
             self.progress("14: ONNX");
             self.onnx(&mut rows);
+        }
+        if self.wants(&["15"]) {
+            self.progress("15: ollama");
+            self.ollama(&mut rows);
         }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.

@@ -259,7 +259,8 @@ impl Bench {
         self.script_passes("onnx_models.py", mode, path, passes, expected)
     }
 
-    fn after_warmup(&self, v: Res<Vec<f64>>) -> Res<Vec<f64>> {
+    /// The runs of `v` after the warm-up.
+    pub(super) fn after_warmup(&self, v: Res<Vec<f64>>) -> Res<Vec<f64>> {
         v.map(|v| v[self.opts.warmup.min(v.len())..].to_vec())
     }
 }
