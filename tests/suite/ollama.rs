@@ -320,7 +320,9 @@ fn mount_verify_fails_reads_of_a_model_whose_blob_is_not_its_name() {
     bytes[last] ^= 1;
     fs::write(blob, bytes).unwrap();
     let m = mount_ok(&src, "verify");
-    let dir = m.path("models/by-name").join(model["name"].as_str().unwrap());
+    let dir = m
+        .path("models/by-name")
+        .join(model["name"].as_str().unwrap());
     let verified = |p: &Path| {
         let mut v = None;
         wait_for("user.tensormount.verified", || {
