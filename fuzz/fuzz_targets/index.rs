@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tensormount::format::{self, index};
+use tensormount::format::{self, set::index};
 
 fuzz_target!(|data: &[u8]| {
     check_parse(data);
