@@ -25,8 +25,10 @@ pub struct Listed {
     /// The file must be a valid file of the format its name says (a model's weights), or the
     /// model is not shown.
     pub interpreted: bool,
-    /// Its text is what the model's generated files are made from (see [`Format::generated`]).
-    ///
-    /// [`Format::generated`]: super::Format::generated
+    /// Its text is what the model's generated files are made from (see the store's
+    /// `generated`).
     pub text: bool,
+    /// The tensor directory its tensors are shown in, merged with those of every file listed
+    /// with the same one, in place of the file itself (a model stored a tensor a blob).
+    pub merged: Option<&'static str>,
 }

@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::draft::{self, Draft};
+use super::entry::Entry;
 use super::error::BuildError;
 use super::generated::{self, Drafted, generated};
-use super::node::{Content, FileError};
+use super::node::{Content, FileError, no_xattrs};
 use super::options::Policy;
 use super::scan::Flux;
+use super::tensor_dirs::{Build, build as build_dir};
 use crate::format::{Format, Store};
 use crate::source::{DescribeError, Source};
 
@@ -43,8 +45,17 @@ pub struct Model {
     pub name: String,
     /// Its files by name (sorted), each a blob of the store.
     pub files: Vec<(Arc<[u8]>, Arc<Source>)>,
+    /// The tensor directories its blobs' tensors are shown in together.
+    pub merged: Vec<Merged>,
     /// The generated file's name and bytes.
     pub generated: (&'static str, Vec<u8>),
+}
+
+/// A tensor directory of a model: the tensors of several of its blobs.
+pub struct Merged {
+    pub dir: &'static str,
+    pub entries: Vec<Entry>,
+    pub blobs: Vec<Arc<Source>>,
 }
 
 /// The store format (among those read) whose store the directory `dir` is, whose subdirectories
@@ -126,28 +137,59 @@ pub fn model(
         blob(location, *size)?;
     }
     let mut files: Vec<(Arc<[u8]>, Arc<Source>)> = Vec::with_capacity(listing.files.len());
+    let mut merged: Vec<Merged> = Vec::new();
     let mut texts = Vec::with_capacity(listing.files.len());
     for listed in &listing.files {
         let found = blob(&listed.location, listed.size)?;
-        if listed.interpreted {
-            let read = policy.options.format_of(listed.name.as_bytes());
-            if let Some((f, _)) = read
-                && let Err(e) = found.describe(f)
-            {
+        texts.push(listed.text.then(|| found.bytes(MAX_TEXT).ok()).flatten());
+        let read = policy.options.format_of(listed.name.as_bytes());
+        let described = match read.filter(|_| listed.interpreted) {
+            Some((f, _)) => match found.describe(f) {
+                Ok(d) => Some(d.clone()),
+                Err(e) => {
+                    return Err(FileError::Data(
+                        format!(
+                            "its {} ({}) is not a valid {} file: {}",
+                            listed.name,
+                            listed.location,
+                            f.name(),
+                            e.reason()
+                        )
+                        .into(),
+                    ));
+                }
+            },
+            None => None,
+        };
+        let Some(dir) = listed.merged else {
+            files.push((Arc::from(listed.name.as_bytes()), found));
+            continue;
+        };
+        let at = match merged.iter().position(|m| m.dir == dir) {
+            Some(at) => at,
+            None => {
+                merged.push(Merged {
+                    dir,
+                    entries: Vec::new(),
+                    blobs: Vec::new(),
+                });
+                merged.len() - 1
+            }
+        };
+        let m = &mut merged[at];
+        for t in described.iter().flat_map(|d| &d.tensors) {
+            if m.entries.iter().any(|e| e.tensor.name == t.name) {
                 return Err(FileError::Data(
                     format!(
-                        "its {} ({}) is not a valid {} file: {}",
-                        listed.name,
-                        listed.location,
-                        f.name(),
-                        e.reason()
+                        "tensor `{}` is in two of its blobs, {} among them [DuplicateTensor]",
+                        t.name, listed.location
                     )
                     .into(),
                 ));
             }
+            m.entries.push(Entry::of(t.clone(), found.clone()));
         }
-        texts.push(listed.text.then(|| found.bytes(MAX_TEXT).ok()).flatten());
-        files.push((Arc::from(listed.name.as_bytes()), found));
+        m.blobs.push(found);
     }
     let texts: Vec<Option<&[u8]>> = texts.iter().map(Option::as_deref).collect();
     let (file, make) = store.generated;
@@ -156,6 +198,7 @@ pub fn model(
     Ok(Some(Model {
         name,
         files,
+        merged,
         generated,
     }))
 }
@@ -271,6 +314,7 @@ pub fn view(
             continue;
         };
         inputs.extend(m.files.iter().map(|(_, s)| s.clone()));
+        inputs.extend(m.merged.iter().flat_map(|d| d.blobs.iter().cloned()));
         let dir = root.join(store.view).join(&m.name);
         let d = generated::Dir {
             path: &dir,
@@ -292,6 +336,24 @@ pub fn view(
             })
             .collect();
         children.extend(interpreted.drafts.into_iter().map(|d| d.draft));
+        for merged in m.merged {
+            if children.iter().any(|c| &*c.name == merged.dir.as_bytes()) {
+                continue;
+            }
+            let blobs: Vec<&Metadata> = merged.blobs.iter().map(|b| &b.meta).collect();
+            let build = Build::Set {
+                dir: Arc::from(merged.dir.as_bytes()),
+                path: source.path.clone(),
+                owner: &source.meta,
+                attr: draft::tensor_dir_attr(&source.meta, &blobs),
+                xattrs: no_xattrs(),
+                json: None,
+                entries: merged.entries,
+            };
+            let draft = build_dir(policy, &build, *budget)?;
+            *budget = budget.saturating_sub(draft.count());
+            children.push(draft);
+        }
         let (file, bytes) = m.generated;
         if !children.iter().any(|c| &*c.name == file.as_bytes()) {
             let attr = draft::file_attr(&source.meta, bytes.len() as u64);
@@ -340,6 +402,6 @@ impl Tree {
             }
         }
         children.sort_by(|a, b| a.name.cmp(&b.name));
-        Draft::generated_dir(Arc::from(name), attr, super::node::no_xattrs(), children)
+        Draft::generated_dir(Arc::from(name), attr, no_xattrs(), children)
     }
 }

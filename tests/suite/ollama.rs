@@ -70,7 +70,8 @@ fn every_manifest_is_a_model_by_name_with_its_layers_views_and_modelfile() {
             "jmorgan",
             "llama3.2:1b",
             "llama3.2:latest",
-            "localhost:5000"
+            "localhost:5000",
+            "mlx-model:bf16",
         ]
     );
     for model in expect["models"].as_array().unwrap() {
@@ -83,6 +84,30 @@ fn every_manifest_is_a_model_by_name_with_its_layers_views_and_modelfile() {
             let stem = f.strip_suffix(".gguf").unwrap();
             want.push(format!("{stem}.tensors"));
             want.push(format!("{stem}.safetensors"));
+        }
+        // A model stored as safetensors, a tensor a blob: every blob's tensors in one directory,
+        // each as the official safetensors reads it from its blob.
+        if let Some(tensors) = model["tensors"].as_object() {
+            want.push("model.tensors".into());
+            let tdir = dir.join("model.tensors");
+            let mut shown = names(&tdir);
+            shown.retain(|n| n != "__metadata__");
+            let mut expected: Vec<String> = tensors.keys().map(|t| escaped(t)).collect();
+            expected.sort();
+            assert_eq!(shown, expected, "{name}");
+            for (t, blob) in tensors {
+                let want = python_code(
+                    &python(),
+                    "import sys\nfrom safetensors.numpy import load_file\n\
+                     sys.stdout.write(load_file(sys.argv[1])[sys.argv[2]].tobytes().hex())\n",
+                    &[blob.as_str().unwrap(), t],
+                );
+                let got = fs::read(tdir.join(escaped(t))).unwrap();
+                let got: String = got.iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(got, want, "{name}/{t}");
+                let source = getxattr(&tdir.join(escaped(t)), "user.safetensors.source");
+                assert_eq!(source.as_deref(), blob.as_str(), "{name}/{t}");
+            }
         }
         want.sort();
         assert_eq!(names(&dir), want, "{name}");

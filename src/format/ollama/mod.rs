@@ -98,6 +98,15 @@ const LAYERS: &[(&str, &str, &str, bool, bool)] = &[
     ),
 ];
 
+/// A layer of a model stored as safetensors (ollama's MLX engine): a whole safetensors file of
+/// one tensor (or of a group of experts), with its `name`; the tensors of all of them are shown
+/// merged in `model.tensors/`.
+const TENSOR: &str = "application/vnd.ollama.image.tensor";
+/// A layer of such a model's configuration or tokenizer files, shown by its `name`.
+const JSON: &str = "application/vnd.ollama.image.json";
+/// Where the tensors of a model stored as safetensors are shown.
+const MERGED: &str = "model.tensors";
+
 /// ollama's default host and namespace, left out of the names of their models.
 const DEFAULT_HOST: &str = "registry.ollama.ai";
 const DEFAULT_NAMESPACE: &str = "library";
@@ -127,24 +136,47 @@ pub fn listing(bytes: &[u8]) -> Result<Listing, OllamaError> {
         let (_, location, size) = layer(config, "\"config\"")?;
         out.unshown.push((location, size));
     }
-    // How many of each stem so far: a repeated layer type takes -2, -3, ... in manifest order.
-    let mut seen: Vec<(&str, usize)> = Vec::new();
+    // How many of each name so far: a repeated layer type takes -2, -3, ... in manifest order.
+    let mut seen: Vec<(String, usize)> = Vec::new();
     for (i, l) in layers.iter().enumerate() {
         let (media, location, size) = layer(l, &format!("layer {i}"))?;
-        let Some(&(_, stem, suffix, interpreted, text)) = LAYERS.iter().find(|(m, ..)| *m == media)
-        else {
-            // Tensor and JSON layers of a model stored as safetensors, a legacy embedding
-            // layer, a type of a later ollama: referenced, not shown.
-            out.unshown.push((location, size));
-            continue;
+        let named = l.get("name").and_then(Value::as_str);
+        let (stem, suffix, interpreted, text) = match (media, named) {
+            (TENSOR, Some(name)) => {
+                // Never shown under this name: it claims the file's format, and names it in
+                // messages.
+                out.files.push(Listed {
+                    name: format!("{}.safetensors", name.replace(['/', '%'], "_")),
+                    location,
+                    size,
+                    interpreted: true,
+                    text: false,
+                    merged: Some(MERGED),
+                });
+                continue;
+            }
+            (JSON, Some(name)) if plain_name(name) => {
+                let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
+                (stem, &name[stem.len()..], false, false)
+            }
+            _ => match LAYERS.iter().find(|(m, ..)| *m == media) {
+                Some(&(_, stem, suffix, interpreted, text)) => (stem, suffix, interpreted, text),
+                // A JSON layer of a draft model (`draft/config.json`), a legacy embedding layer,
+                // a type of a later ollama: referenced, not shown.
+                None => {
+                    out.unshown.push((location, size));
+                    continue;
+                }
+            },
         };
-        let n = match seen.iter_mut().find(|(s, _)| *s == stem) {
+        let key = format!("{stem}{suffix}");
+        let n = match seen.iter_mut().find(|(k, _)| *k == key) {
             Some((_, n)) => {
                 *n += 1;
                 *n
             }
             None => {
-                seen.push((stem, 1));
+                seen.push((key, 1));
                 1
             }
         };
@@ -158,9 +190,23 @@ pub fn listing(bytes: &[u8]) -> Result<Listing, OllamaError> {
             size,
             interpreted,
             text,
+            merged: None,
         });
     }
     Ok(out)
+}
+
+/// A name a JSON layer may be shown under: one plain file name (`config.json`), not a path, not
+/// hidden, not one the model's other files take.
+fn plain_name(name: &str) -> bool {
+    let taken = LAYERS.iter().any(|(_, stem, ..)| name.starts_with(stem))
+        || name.starts_with("Modelfile")
+        || name.starts_with(MERGED.split('.').next().unwrap_or_default());
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && !name.contains(['/', '\0'])
+        && !taken
 }
 
 /// A layer's media type, its blob's location below the store's root, and its size.

@@ -204,3 +204,51 @@ MESSAGE assistant \" hello\"\n";
         "{got}"
     );
 }
+
+#[test]
+fn a_model_stored_as_safetensors_has_its_tensor_blobs_merged_and_its_json_files_by_name() {
+    let named = |kind: &str, hex: char, name: &str| {
+        let l = layer(kind, hex, 10);
+        format!("{},\"name\":\"{name}\"}}", &l[..l.len() - 1])
+    };
+    let layers = [
+        named("tensor", 'a', "model.embed_tokens.weight"),
+        named("tensor", 'b', "model.layers.0.mlp.experts"),
+        named("json", 'd', "config.json"),
+        named("json", 'e', "tokenizer.json"),
+        named("json", 'f', "draft/config.json"),
+        named("json", '1', ".hidden"),
+        named("json", '2', "template.json"),
+        layer("template", '3', 5),
+    ]
+    .join(",");
+    let l = listing(&manifest(&layers)).unwrap();
+    let merged: Vec<&str> = l
+        .files
+        .iter()
+        .filter(|f| f.merged == Some("model.tensors"))
+        .map(|f| &f.name[..])
+        .collect();
+    assert_eq!(
+        merged,
+        [
+            "model.embed_tokens.weight.safetensors",
+            "model.layers.0.mlp.experts.safetensors"
+        ]
+    );
+    assert!(
+        l.files
+            .iter()
+            .filter(|f| f.merged.is_some())
+            .all(|f| f.interpreted)
+    );
+    let shown: Vec<&str> = l
+        .files
+        .iter()
+        .filter(|f| f.merged.is_none())
+        .map(|f| &f.name[..])
+        .collect();
+    assert_eq!(shown, ["config.json", "tokenizer.json", "template"]);
+    // A draft's, a hidden one, one that would take another file's name: referenced, not shown.
+    assert_eq!(l.unshown.len(), 1 + 3);
+}
