@@ -173,6 +173,16 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The names of the entries of `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
 /// Polls `cond` for up to 10 s.
 pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

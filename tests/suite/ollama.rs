@@ -46,15 +46,6 @@ fn gguf_tensors(file: &Path) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn every_manifest_is_a_model_by_name_with_its_layers_views_and_modelfile() {

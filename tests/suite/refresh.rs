@@ -131,15 +131,6 @@ fn read_all_uncached(f: &File) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
-}
-
 /// The bytes a tensor has in a source file, by its header.
 fn tensor_bytes(file: &Path, name: &str) -> Vec<u8> {
     let bytes = fs::read(file).unwrap();
