@@ -14,7 +14,7 @@ use log::warn;
 use super::draft::{self, Body, DirDraft, Draft};
 use super::error::BuildError;
 use super::generated::{self, generated};
-use super::node::{Content, Ino, Origin, Refusal, no_xattrs};
+use super::node::{Content, FileError, Ino, Origin, Refusal, no_xattrs};
 use super::options::Policy;
 use super::record::{Generated, Record};
 use super::scan::{self, Flux, Scan, What};
@@ -144,6 +144,12 @@ impl Walk<'_> {
                 parts.push(name);
                 let model = stores::model(self.policy, format, &root, &parts, source, &mut open);
                 if let Err(why) = model {
+                    let settle = self.policy.options.settle;
+                    // Rewritten in place (a pull of a tag it has): being written, not broken.
+                    let why = match d.flux.unsettled(name, self.now, settle) {
+                        true => FileError::BeingWritten(settle),
+                        false => why,
+                    };
                     let xattr = format.error_xattr();
                     errors.insert(name.clone(), Refusal { xattr, why });
                 }
@@ -187,8 +193,11 @@ impl Walk<'_> {
                 self.policy,
                 self.now,
                 format,
-                d.path,
-                &d.scan.meta,
+                stores::StoreDir {
+                    root: d.path,
+                    meta: &d.scan.meta,
+                    old: d.old,
+                },
                 &mut open,
                 budget,
             )? {

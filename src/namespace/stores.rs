@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::draft::{self, Draft};
+use super::draft::{self, Body, Draft};
 use super::entry::Entry;
 use super::error::BuildError;
 use super::generated::{self, Drafted, generated};
-use super::node::{Content, FileError, no_xattrs};
+use super::node::{Content, FileError, Ino, no_xattrs};
 use super::options::Policy;
 use super::scan::Flux;
+use super::snapshot::Snapshot;
 use super::tensor_dirs::{Build, build as build_dir};
 use crate::format::{Format, Store};
 use crate::source::{DescribeError, Source};
@@ -288,30 +289,55 @@ pub fn unreferenced_blobs(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The generated directory of the store at `root` (whose metadata is `meta`), of `format`: every
-/// model its descriptors describe that can be shown, by name.
+/// A store's directory: where it is, its metadata, and where it was in the last snapshot.
+pub struct StoreDir<'a> {
+    pub root: &'a Path,
+    pub meta: &'a Metadata,
+    pub old: Option<(&'a Snapshot, Ino)>,
+}
+
+/// The generated directory of the store `at`, of `format`: every model its descriptors describe that can be shown, by
+/// name. A model whose descriptor ends too soon (being rewritten in place, as `ollama pull` of a
+/// tag it has rewrites a manifest) keeps what it showed.
 pub fn view(
     policy: Policy<'_>,
     now: Instant,
     format: Format,
-    root: &Path,
-    meta: &Metadata,
+    at: StoreDir<'_>,
     open: &mut dyn FnMut(&Path) -> Option<Arc<Source>>,
     budget: &mut usize,
 ) -> Result<Option<Drafted<Draft>>, BuildError> {
+    let StoreDir { root, meta, old } = at;
     let Some(store) = format.store() else {
         return Ok(None);
     };
     let mut inputs = Vec::new();
     let mut tree = Tree::default();
+    // The model directory shown before under `name`, if any.
+    let shown = |name: &str| -> Option<Ino> {
+        let (snap, dir) = old?;
+        let mut ino = snap.lookup(dir, store.view.as_bytes())?;
+        for part in name.split('/') {
+            ino = snap.lookup(ino, part.as_bytes())?;
+        }
+        Some(ino)
+    };
     for (parts, path) in descriptors(store, root) {
         let Some(source) = fs::metadata(&path).ok().and_then(|_| open(&path)) else {
             continue;
         };
         let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
         inputs.push(source.clone());
-        let Ok(Some(m)) = model(policy, format, root, &parts, &source, open) else {
-            continue;
+        let m = match model(policy, format, root, &parts, &source, open) {
+            Ok(Some(m)) => m,
+            Err(FileError::Invalid(e)) if e.cut_short() => {
+                if let Some(ino) = (store.name)(&parts).as_deref().and_then(shown) {
+                    let name = (store.name)(&parts).unwrap_or_default();
+                    tree.keep(name.split('/'), ino);
+                }
+                continue;
+            }
+            _ => continue,
         };
         inputs.extend(m.files.iter().map(|(_, s)| s.clone()));
         inputs.extend(m.merged.iter().flat_map(|d| d.blobs.iter().cloned()));
@@ -375,6 +401,8 @@ pub fn view(
 struct Tree {
     dirs: BTreeMap<Vec<u8>, Tree>,
     files: Vec<Draft>,
+    /// A model directory kept as it was shown.
+    kept: Option<Ino>,
 }
 
 impl Tree {
@@ -389,12 +417,29 @@ impl Tree {
         }
     }
 
+    fn keep<'a>(&mut self, mut path: impl Iterator<Item = &'a str>, ino: Ino) {
+        match path.next() {
+            Some(part) => self
+                .dirs
+                .entry(part.as_bytes().to_vec())
+                .or_default()
+                .keep(path, ino),
+            None => self.kept = Some(ino),
+        }
+    }
+
     fn count(&self) -> usize {
         self.files.iter().map(Draft::count).sum::<usize>()
             + self.dirs.values().map(|t| 1 + t.count()).sum::<usize>()
     }
 
     fn draft(self, name: &[u8], attr: super::node::Attr) -> Draft {
+        if let (Some(ino), true) = (self.kept, self.files.is_empty() && self.dirs.is_empty()) {
+            return Draft {
+                name: Arc::from(name),
+                body: Body::Keep(ino),
+            };
+        }
         let mut children = self.files;
         for (n, t) in self.dirs {
             if !children.iter().any(|c| *c.name == *n) {

@@ -208,6 +208,26 @@ fn models_pulled_removed_and_retagged_are_followed_and_a_pull_shows_once_complet
         shown_digest("llama3.2:copy").as_deref() == Some(&want[..])
     });
     assert!(by_name.join("llama3.2:copy/adapter.gguf").exists());
+    // A manifest rewritten in place (a pull of a tag ollama has), caught half written: the model
+    // stays as it was shown, and the manifest says it is being written.
+    let latest = manifests.join("library/llama3.2/latest");
+    let whole = fs::read(&latest).unwrap();
+    let before = shown_digest("llama3.2:latest");
+    let seen = generation(&mnt);
+    fs::write(&latest, &whole[..whole.len() / 2]).unwrap();
+    let mirrored = m.path("models/manifests/registry.ollama.ai/library/llama3.2/latest");
+    wait_refreshed(&mnt, "the half-written manifest", || {
+        generation(&mnt) > seen
+            && getxattr(&mirrored, "user.tensormount.error")
+                .is_some_and(|e| e.starts_with("being written"))
+    });
+    assert!(before.is_some());
+    assert_eq!(shown_digest("llama3.2:latest"), before);
+    fs::write(&latest, &whole).unwrap();
+    wait_refreshed(&mnt, "the rewritten manifest settled", || {
+        getxattr(&mirrored, "user.tensormount.error").is_none()
+    });
+    assert_eq!(shown_digest("llama3.2:latest"), before);
     // A pull in progress: the manifest of a model whose blob is not whole yet is not shown.
     let blob = b"a template, pulled last".to_vec();
     let digest = {
