@@ -6,15 +6,15 @@
 //! made as `ollama show --modelfile` makes it ([`modelfile`]).
 
 mod error;
+mod gojson;
 mod modelfile;
 #[cfg(test)]
 mod tests;
 
-use serde_json::Value;
-
 pub use error::OllamaError;
 pub use modelfile::modelfile;
 
+use self::gojson::{Json, first_value};
 use super::listing::{Listed, Listing};
 use crate::digest::{Sha256, parse_hex};
 
@@ -119,12 +119,14 @@ pub fn listing(bytes: &[u8]) -> Result<Listing, OllamaError> {
             max: MAX_MANIFEST,
         });
     }
-    let json: Value =
-        serde_json::from_slice(bytes).map_err(|e| OllamaError::NotJson(e.to_string()))?;
+    // As ollama decodes it (see `gojson`): the first value, fields matched as Go matches them.
+    let json = first_value(bytes).map_err(|e| OllamaError::NotJson(e.to_string()))?;
     let not = |why: &str| OllamaError::NotManifest(why.into());
-    let object = json.as_object().ok_or_else(|| not("not a JSON object"))?;
-    let layers = object
-        .get("layers")
+    if !matches!(json, Json::Object(_)) {
+        return Err(not("not a JSON object"));
+    }
+    let layers = json
+        .field("layers")
         .ok_or_else(|| not("no \"layers\""))?
         .as_array()
         .ok_or_else(|| not("\"layers\" is not an array"))?;
@@ -132,7 +134,7 @@ pub fn listing(bytes: &[u8]) -> Result<Listing, OllamaError> {
         files: Vec::new(),
         unshown: Vec::new(),
     };
-    if let Some(config) = object.get("config") {
+    if let Some(config) = json.field("config") {
         let (_, location, size) = layer(config, "\"config\"")?;
         out.unshown.push((location, size));
     }
@@ -140,7 +142,7 @@ pub fn listing(bytes: &[u8]) -> Result<Listing, OllamaError> {
     let mut seen: Vec<(String, usize)> = Vec::new();
     for (i, l) in layers.iter().enumerate() {
         let (media, location, size) = layer(l, &format!("layer {i}"))?;
-        let named = l.get("name").and_then(Value::as_str);
+        let named = l.field("name").and_then(Json::as_str);
         let (stem, suffix, interpreted, text) = match (media, named) {
             (TENSOR, Some(name)) => {
                 // Never shown under this name: it claims the file's format, and names it in
@@ -210,19 +212,19 @@ fn plain_name(name: &str) -> bool {
 }
 
 /// A layer's media type, its blob's location below the store's root, and its size.
-fn layer<'v>(l: &'v Value, what: &str) -> Result<(&'v str, Box<str>, u64), OllamaError> {
+fn layer<'v>(l: &'v Json, what: &str) -> Result<(&'v str, Box<str>, u64), OllamaError> {
     let not = |why: &str| OllamaError::NotManifest(format!("{what}: {why}"));
     let media = l
-        .get("mediaType")
-        .and_then(Value::as_str)
+        .field("mediaType")
+        .and_then(Json::as_str)
         .ok_or_else(|| not("no \"mediaType\" string"))?;
     let digest = l
-        .get("digest")
-        .and_then(Value::as_str)
+        .field("digest")
+        .and_then(Json::as_str)
         .ok_or_else(|| not("no \"digest\" string"))?;
     let size = l
-        .get("size")
-        .and_then(Value::as_u64)
+        .field("size")
+        .and_then(Json::as_size)
         .ok_or_else(|| not("no \"size\" that is a byte count"))?;
     let hex = digest
         .strip_prefix("sha256:")

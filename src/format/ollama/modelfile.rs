@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::gojson::{Json, first_value};
 use crate::format::listing::Listing;
 
 /// The template ollama uses where a model has none.
@@ -56,9 +57,10 @@ pub fn modelfile(name: &str, listing: &Listing, texts: &[Option<&[u8]>]) -> Vec<
     // Every params layer merged into one map, later keys winning, as ollama decodes them.
     let mut params = serde_json::Map::new();
     for (i, _) in of("params.json") {
-        if let Ok(Value::Object(p)) =
-            serde_json::from_slice(texts.get(i).copied().flatten().unwrap_or_default())
-        {
+        // A map, not a struct: keys as they are, the last of a key winning; the first value.
+        let bytes = texts.get(i).copied().flatten().unwrap_or_default();
+        let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+        if let Some(Ok(Value::Object(p))) = values.next() {
             params.extend(p);
         }
     }
@@ -78,13 +80,15 @@ pub fn modelfile(name: &str, listing: &Listing, texts: &[Option<&[u8]>]) -> Vec<
         lines.push(format!("LICENSE {}", quote(&text(i))));
     }
     if let Some((i, _)) = last("messages.json") {
-        let messages: Vec<Value> =
-            serde_json::from_slice(texts.get(i).copied().flatten().unwrap_or_default())
-                .unwrap_or_default();
-        for m in messages {
+        // Decoded into ollama's `[]api.Message`: fields matched as Go matches them.
+        let messages = first_value(texts.get(i).copied().flatten().unwrap_or_default());
+        let messages = messages
+            .ok()
+            .and_then(|m| m.as_array().map(<[Json]>::to_vec));
+        for m in messages.unwrap_or_default() {
             let field = |k: &str| {
-                m.get(k)
-                    .and_then(Value::as_str)
+                m.field(k)
+                    .and_then(Json::as_str)
                     .unwrap_or_default()
                     .to_string()
             };

@@ -252,3 +252,25 @@ fn a_model_stored_as_safetensors_has_its_tensor_blobs_merged_and_its_json_files_
     // A draft's, a hidden one, one that would take another file's name: referenced, not shown.
     assert_eq!(l.unshown.len(), 1 + 3);
 }
+
+#[test]
+fn a_manifest_is_read_as_ollama_decodes_it() {
+    // Keys matched as Go matches struct fields: case-insensitively, the last match winning. A
+    // reader of the first exact "layers" would show blob a while ollama runs blob b.
+    let hex = |c: char| c.to_string().repeat(64);
+    let m = format!(
+        r#"{{"layers": [{}], "Layers": [{{"MEDIATYPE": "application/vnd.ollama.image.model", "Digest": "sha256:{}", "SIZE": 7}}]}} and then anything"#,
+        layer("model", 'a', 1),
+        hex('b')
+    );
+    let l = listing(m.as_bytes()).unwrap();
+    assert_eq!(l.files.len(), 1);
+    assert_eq!(&*l.files[0].location, format!("blobs/sha256-{}", hex('b')));
+    assert_eq!(l.files[0].size, 7);
+    // Go folds ſ to s: "layerſ" is the layers field too.
+    let m = format!(
+        r#"{{"layers": [], "layerſ": [{}]}}"#,
+        layer("template", 'c', 2)
+    );
+    assert_eq!(listing(m.as_bytes()).unwrap().files[0].name, "template");
+}
