@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::format::{Format, Tensor};
 use crate::namespace::{
-    Content, FileError, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, single_file_format,
-    unreferenced_blobs,
+    Content, FileError, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, lies_in,
+    single_file_format, unreferenced_blobs,
 };
 use crate::source::{How, Registry, Source, Sources};
 use crate::sys;
@@ -111,11 +111,14 @@ impl Model {
         let mut held: HashMap<&Path, BTreeMap<&str, Arc<Tensor>>> = HashMap::new();
         for (_, _, node) in &all {
             if let Content::Tensor {
+                source,
                 tensor,
-                data: Some(d),
+                data,
                 ..
             } = &node.content
+                && tensor.file.is_some()
             {
+                let d = lies_in(tensor, source, data);
                 let holds = held.entry(d.path.as_path()).or_default();
                 holds.insert(&tensor.name, tensor.clone());
             }

@@ -338,7 +338,7 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
                 .collect();
             for t in gathered {
                 let mut h = Hasher::default();
-                tensor_bytes(source, t, |b| {
+                tensor_bytes(source, t, &Arc::from([]), |b| {
                     h.update(b);
                     true
                 })

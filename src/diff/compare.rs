@@ -150,7 +150,7 @@ fn same_bytes(a: &Item, b: &Item) -> bool {
 /// The bytes of `item` as its tensor file serves them, to `each` (false: stop); a failed read is
 /// a message naming the file.
 fn read(item: &Item, each: impl FnMut(&[u8]) -> bool) -> Result<(), String> {
-    tensor_bytes(&item.source, &item.tensor, each).map_err(|e| {
+    tensor_bytes(&item.source, &item.tensor, &item.data, each).map_err(|e| {
         let what = match e {
             ReadError::Changed(_) => "changed in place while it was read".to_string(),
             ReadError::Io(m) => format!("read error: {m}"),

@@ -16,7 +16,9 @@ const TENSORS: &str = ".tensors";
 /// One tensor of a unit, with the file that holds it.
 #[derive(Clone, Debug)]
 pub struct Item {
+    /// The file that describes it, and the data files of that description.
     pub source: Arc<Source>,
+    pub data: Arc<[Arc<Source>]>,
     pub tensor: Arc<Tensor>,
 }
 
@@ -81,9 +83,9 @@ pub fn units(tree: &Snapshot) -> Vec<Unit> {
         {
             let dir = dirs.entry(tensor_dir(path)).or_default();
             dir.sources.insert(source.path.clone());
-            // Read from where its bytes are.
             dir.tensors.entry(tensor.name.clone()).or_insert(Item {
-                source: data.as_ref().unwrap_or(source).clone(),
+                source: source.clone(),
+                data: data.clone(),
                 tensor: tensor.clone(),
             });
         }

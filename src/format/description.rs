@@ -104,8 +104,9 @@ pub struct Tensor {
     /// reader).
     pub strides: Option<Box<[u64]>>,
     /// For a tensor whose file holds values to compute rather than its bytes (an ONNX model's
-    /// varints): how its bytes are computed on read. `begin` is then where its values start in
-    /// the file, and `end - begin` its size once computed.
+    /// varints), or whose bytes are gathered from several data files (a DCP tensor cut into
+    /// chunks): how its bytes are computed on read. `begin` is then where its values start in
+    /// the file (0 for one gathered from data files), and `end - begin` its size once computed.
     pub computed: Option<Arc<dyn Computed>>,
     /// For a tensor whose bytes lie in another file than the one described: its index in
     /// [`Description::files`]. `begin` and `end` are then offsets in that file, from its start.
@@ -115,12 +116,13 @@ pub struct Tensor {
 /// How the bytes of a tensor are computed from what its file holds, on read (see
 /// [`Tensor::computed`]).
 pub trait Computed: Send + Sync + std::fmt::Debug {
-    /// Fills `out` with the tensor's bytes from byte `offset` of it, reading what it needs of
-    /// the file through `read(buf, at)` (`at` relative to the description's data start, as a
-    /// tensor's `begin` is).
+    /// Fills `out` with the tensor's bytes from byte `offset` of it, reading what it needs
+    /// through `read(file, buf, at)`: of the described file where `file` is `None` (`at` relative
+    /// to the description's data start, as a tensor's `begin` is), else of its data file
+    /// [`Description::files`]`[file]` (`at` from that file's start).
     fn read(
         &self,
-        read: &mut dyn FnMut(&mut [u8], u64) -> std::io::Result<()>,
+        read: &mut dyn FnMut(Option<u32>, &mut [u8], u64) -> std::io::Result<()>,
         offset: u64,
         out: &mut [u8],
     ) -> std::io::Result<()>;

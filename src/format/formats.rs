@@ -10,7 +10,7 @@ use std::path::Path;
 use super::description::Description;
 use super::error::FormatError;
 use super::listing::Listing;
-use super::{gguf, ollama, onnx, pytorch, safetensors};
+use super::{dcp, gguf, ollama, onnx, pytorch, safetensors};
 use crate::digest::Sha256;
 
 /// A format whose files the mount interprets. Compared by name: each is one value.
@@ -112,6 +112,13 @@ pub enum Role {
 enum Pattern {
     /// A name that ends in this suffix, in any case.
     Suffix(&'static str),
+    /// A file of exactly this name in a directory of SOURCE, whose tensor directory is named
+    /// after `stem` (DCP's `.metadata` gives `checkpoint.tensors/`). Never a SOURCE that is a
+    /// single file: such a descriptor's data files lie beside it.
+    Name {
+        name: &'static str,
+        stem: &'static str,
+    },
     /// A file that starts with these bytes: tried only on a SOURCE that is a single file whose
     /// name no format claims (an ollama blob, a download saved without its name). Never in a
     /// directory, where most files are not checkpoints and a cache's blobs are reached through
@@ -269,9 +276,42 @@ pub const OLLAMA: Format = Format(&Spec {
     }),
 });
 
+/// torch.distributed.checkpoint (DCP) checkpoints: a directory's `.metadata` and the
+/// `.distcp` files it names, consolidated on read.
+pub const DCP: Format = Format(&Spec {
+    name: "dcp",
+    claims: &[
+        (
+            Pattern::Name {
+                name: ".metadata",
+                stem: "checkpoint",
+            },
+            Role::Descriptor,
+        ),
+        (Pattern::Suffix(".distcp"), Role::Data),
+    ],
+    index_infix: None,
+    numbered: false,
+    split_keys: [""; 3],
+    toggle: Some((
+        "dcp",
+        "torch.distributed.checkpoint directories (a .metadata and its .distcp files) get \
+         checkpoint.tensors/ with every tensor consolidated from its chunks on read, and a virtual \
+         model.safetensors of the model's tensors, .metadata read without running any of it (on, \
+         the default); off: plain mirrored files",
+    )),
+    native: false,
+    empty_dir: true,
+    converted_stem: |_| b"model".to_vec(),
+    metadata_xattr: "user.dcp.",
+    error_xattr: "user.tensormount.error",
+    read: dcp::describe,
+    store: None,
+});
+
 impl Format {
     /// Every format, in the order their names are tried.
-    pub const ALL: [Format; 5] = [SAFETENSORS, PYTORCH, GGUF, ONNX, OLLAMA];
+    pub const ALL: [Format; 6] = [SAFETENSORS, PYTORCH, GGUF, ONNX, OLLAMA, DCP];
 
     /// The format that claims a file of this name, the role the file plays, and the stem left
     /// once the suffix that claims it is cut off (`model.safetensors` gives `model`, hence
@@ -284,6 +324,9 @@ impl Format {
                 Pattern::Suffix(suffix) => strip_suffix_any_case(file_name, suffix)
                     .filter(|stem| f.0.native || !stem.is_empty())
                     .map(|stem| (f, *role, stem)),
+                Pattern::Name { name, stem } => {
+                    (file_name == name.as_bytes()).then_some((f, *role, stem.as_bytes()))
+                }
                 Pattern::Magic(_) => None,
             })
         })
@@ -312,6 +355,7 @@ impl Format {
     pub fn for_source(file_name: &[u8], start: &[u8]) -> Format {
         Format::of(file_name)
             .map(|(f, _)| f)
+            .filter(|f| !f.claims_names())
             .or_else(|| Format::of_content(start))
             .unwrap_or(SAFETENSORS)
     }
@@ -324,6 +368,14 @@ impl Format {
             .iter()
             .filter_map(|f| f.store())
             .find_map(|s| (dir == s.blobs).then(|| (s.digest)(name)).flatten())
+    }
+
+    /// Whether it claims files by their whole name (see [`Pattern::Name`]).
+    fn claims_names(self) -> bool {
+        self.0
+            .claims
+            .iter()
+            .any(|(p, _)| matches!(p, Pattern::Name { .. }))
     }
 
     /// How its models lie in a store, for a format whose models are a store's.
@@ -423,6 +475,7 @@ impl fmt::Debug for Format {
 pub fn conversion_key(stem: &[u8]) -> Vec<u8> {
     Format::ALL
         .into_iter()
+        .filter(|f| !f.claims_names())
         .map(|f| (f.0.converted_stem)(stem))
         .find(|s| s != stem)
         .unwrap_or_else(|| stem.to_vec())

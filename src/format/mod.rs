@@ -19,6 +19,7 @@
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
 mod converted;
+mod dcp;
 mod description;
 mod dtype;
 mod error;
@@ -38,7 +39,7 @@ pub use description::{Computed, Conversion, Description, NotOffered, Split, Tens
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
 pub use formats::{
-    Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Store, conversion_key,
+    DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Store, conversion_key,
 };
 pub use listing::{Listed, Listing};
 pub use safetensors::rule_name;

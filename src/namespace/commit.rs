@@ -248,10 +248,8 @@ fn same_file(a: &Node, b: &Node) -> bool {
                 Arc::ptr_eq(x, y)
                     && Arc::ptr_eq(t, u)
                     && v == w
-                    && match (d, e) {
-                        (Some(d), Some(e)) => Arc::ptr_eq(d, e),
-                        (d, e) => d.is_none() && e.is_none(),
-                    }
+                    && d.len() == e.len()
+                    && d.iter().zip(e.iter()).all(|(d, e)| Arc::ptr_eq(d, e))
             }
             (
                 Content::Converted {

@@ -49,6 +49,7 @@ mod writer;
 mod xattrs;
 
 pub use diff::{Diff, Removed};
+pub use entry::lies_in;
 pub use error::BuildError;
 pub use layout::{METADATA_FILE, NPY_SUFFIX, TENSOR_FILE};
 pub use live::Namespace;

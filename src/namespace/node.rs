@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use super::entry::lies_in;
 use super::sets::SetError;
 use crate::format::widen::Widening;
 use crate::format::{Converted, Dtype, Tensor};
@@ -67,13 +68,13 @@ pub enum Content {
         source: Arc<Source>,
         error: Option<Refusal>,
     },
-    /// One tensor of a source, widened if `widen` says so (`-o dtype=`); its bytes are in
-    /// `data` where another file holds them (a model's data file).
+    /// One tensor of a source, widened if `widen` says so (`-o dtype=`); its bytes may lie in
+    /// the data files `data` of its description (a model's data file, a checkpoint's chunks).
     Tensor {
         source: Arc<Source>,
         tensor: Arc<Tensor>,
         widen: Option<Widening>,
-        data: Option<Arc<Source>>,
+        data: Arc<[Arc<Source>]>,
     },
     /// One tensor of a source after a synthesized NPY header (the file size minus the presented
     /// tensor size), widened if `widen` says so.
@@ -81,7 +82,7 @@ pub enum Content {
         source: Arc<Source>,
         tensor: Arc<Tensor>,
         widen: Option<Widening>,
-        data: Option<Arc<Source>>,
+        data: Arc<[Arc<Source>]>,
     },
     /// The safetensors file a checkpoint of another format converts to: its header, then its
     /// tensors' bytes as the checkpoint `source` holds them, or its data files `data` (in the
@@ -173,15 +174,18 @@ impl Node {
     pub fn source(&self) -> Option<&Arc<Source>> {
         match &self.content {
             Content::Tensor {
-                data: Some(data), ..
+                source,
+                tensor,
+                data,
+                ..
             }
             | Content::Npy {
-                data: Some(data), ..
-            } => Some(data),
-            Content::Mirror { source, .. }
-            | Content::Tensor { source, .. }
-            | Content::Npy { source, .. }
-            | Content::Converted { source, .. } => Some(source),
+                source,
+                tensor,
+                data,
+                ..
+            } => Some(lies_in(tensor, source, data)),
+            Content::Mirror { source, .. } | Content::Converted { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::entry::lies_in;
 use super::node::{Content, Node, presented};
 use crate::format::widen::Widening;
 use crate::format::{Part, Tensor};
@@ -71,7 +72,7 @@ impl Node {
                     let from = offset.max(part.start) - part.start;
                     let to = end.min(part.end()) - part.start;
                     let at = lies(part).unwrap_or(source);
-                    let mut p = piece(at, &part.tensor, part.widen, from, to - from);
+                    let mut p = piece(at, &part.tensor, part.widen, from, to - from, data);
                     if one.is_none() {
                         p.source = Some(at.clone());
                     }
@@ -85,8 +86,8 @@ impl Node {
                 widen,
                 data,
             } => {
-                let source = data.as_ref().unwrap_or(source);
-                let piece = piece(source, tensor, *widen, offset, size);
+                let source = lies_in(tensor, source, data);
+                let piece = piece(source, tensor, *widen, offset, size, data);
                 reading(source, Cow::Borrowed(&[]), vec![piece])
             }
             Content::Npy {
@@ -95,7 +96,7 @@ impl Node {
                 widen,
                 data,
             } => {
-                let source = data.as_ref().unwrap_or(source);
+                let source = lies_in(tensor, source, data);
                 let header_len = self.attr.size - presented(tensor, *widen).1;
                 let (offset, head) = if offset >= header_len {
                     (offset - header_len, Vec::new())
@@ -105,7 +106,7 @@ impl Node {
                     (0, window(&header, offset, size).to_vec())
                 };
                 let size = size.saturating_sub(head.len() as u64);
-                let piece = piece(source, tensor, *widen, offset, size);
+                let piece = piece(source, tensor, *widen, offset, size, data);
                 reading(source, Cow::Owned(head), vec![piece])
             }
             Content::Generated(bytes) => Reading {
@@ -140,15 +141,17 @@ impl Node {
 }
 
 /// The stored bytes of `tensor` of `source` (as its tensor file serves them without `-o dtype=`),
-/// as [`Node::read_all`] gives a file's.
+/// as [`Node::read_all`] gives a file's; `data` are the data files of its description.
 pub fn tensor_bytes(
     source: &Arc<Source>,
     tensor: &Arc<Tensor>,
+    data: &Arc<[Arc<Source>]>,
     mut each: impl FnMut(&[u8]) -> bool,
 ) -> Result<(), ReadError> {
     let mut offset = 0;
     while offset < tensor.size() {
-        let piece = piece(source, tensor, None, offset, u64::from(CHUNK));
+        let source = lies_in(tensor, source, data);
+        let piece = piece(source, tensor, None, offset, u64::from(CHUNK), data);
         let reading = reading(source, Cow::Borrowed(&[]), vec![piece]);
         match send_copied(&reading, &mut offset, &mut each) {
             Ok(true) => {}
@@ -212,6 +215,7 @@ fn piece(
     widen: Option<Widening>,
     offset: u64,
     size: u64,
+    data: &Arc<[Arc<Source>]>,
 ) -> Piece {
     let len = presented(tensor, widen).1;
     let offset = offset.min(len);
@@ -221,7 +225,7 @@ fn piece(
         len: size.min(len - offset),
         widen,
         stored: match (&tensor.strides, &tensor.computed) {
-            (_, Some(_)) => Stored::Computed(tensor.clone()),
+            (_, Some(_)) => Stored::Computed(tensor.clone(), data.clone()),
             (Some(_), None) => Stored::Strided(tensor.clone()),
             (None, None) => Stored::Contiguous,
         },

@@ -37,7 +37,8 @@ pub fn file_root(
     budget: &mut usize,
 ) -> Result<(DirNode, Vec<Draft>), BuildError> {
     let format = format_of(source);
-    let (attr, mut xattrs, children) = file_tensors(policy, source, format, &[], budget)?;
+    let (attr, mut xattrs, children) =
+        file_tensors(policy, source, format, &Arc::from([]), budget)?;
     if let Ok(d) = source.describe(format) {
         if !d.notes.is_empty() && source.first_warning(Warning::Notes) {
             d.notes.iter().for_each(|note| warn!("{note}"));

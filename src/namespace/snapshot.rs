@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::entry::lies_in;
 use super::layout::METADATA_FILE;
 use super::node::{Content, Ino, Node, ROOT};
 use super::reading::NotReadable;
@@ -189,7 +190,7 @@ impl Snapshot {
                     widen,
                     data,
                 } => {
-                    let bytes = data.as_ref().unwrap_or(source);
+                    let bytes = lies_in(tensor, source, data);
                     Some(Listed {
                         path,
                         tensor,

@@ -95,7 +95,7 @@ pub fn file_tensors(
     policy: Policy<'_>,
     source: &Arc<Source>,
     format: Format,
-    data: &[Arc<Source>],
+    data: &Arc<[Arc<Source>]>,
     budget: &mut usize,
 ) -> Result<(Attr, Arc<Xattrs>, Vec<Draft>), BuildError> {
     let described = match source.describe(format) {
@@ -108,22 +108,16 @@ pub fn file_tensors(
     let mut entries = Vec::with_capacity(described.tensors.len());
     let mut left_out = 0;
     for t in &described.tensors {
-        let data = match t.file {
-            None => None,
-            // A data file not found here (a single-file SOURCE, outside of which nothing is
-            // opened): the tensor is left out.
-            Some(k) => match data.get(k as usize) {
-                Some(d) => Some(d.clone()),
-                None => {
-                    left_out += 1;
-                    continue;
-                }
-            },
-        };
+        // A data file not found here (a single-file SOURCE, outside of which nothing is
+        // opened): the tensor is left out.
+        if t.file.is_some_and(|k| data.get(k as usize).is_none()) {
+            left_out += 1;
+            continue;
+        }
         entries.push(layout::Entry {
             tensor: t.clone(),
             source: source.clone(),
-            data,
+            data: data.clone(),
         });
     }
     if left_out > 0 && source.first_warning(Warning::DataLeftOut) {

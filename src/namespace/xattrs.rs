@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use log::debug;
 
+use super::entry::lies_in;
 use super::node::{Content, Node, Xattrs, presented, presented_name};
 use crate::digest::{Sha256, hex};
 use crate::format::widen::Widening;
@@ -120,7 +121,7 @@ impl Node {
         };
         Some(TensorFile {
             source,
-            data: data.as_ref().unwrap_or(source),
+            data: lies_in(tensor, source, data),
             tensor,
             widen,
             npy_header: npy.then(|| self.attr.size - presented(tensor, widen).1),

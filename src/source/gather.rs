@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::file::Source;
 use crate::format::Tensor;
 
 /// Where the stored bytes of a piece of a read lie in its source.
@@ -14,8 +15,9 @@ pub enum Stored {
     /// The elements of a strided tensor, gathered in C order.
     Strided(Arc<Tensor>),
     /// The bytes of a tensor computed from its stored values (see
-    /// [`Tensor::computed`](crate::format::Tensor)), the piece's start being its `begin`.
-    Computed(Arc<Tensor>),
+    /// [`Tensor::computed`](crate::format::Tensor)), the piece's start being its `begin`, with
+    /// the data files of its description (which a tensor gathered from chunks reads).
+    Computed(Arc<Tensor>, Arc<[Arc<Source>]>),
 }
 
 /// Calls `run(at, len)` for each stretch of the source, in presented order, that holds stored

@@ -270,7 +270,7 @@ impl Read<'_> {
             let (mut gathered_from, mut to) = (head.len(), head.len());
             for p in pieces {
                 let end = to + p.len as usize;
-                let computed = matches!(p.stored, Stored::Computed(_));
+                let computed = matches!(p.stored, Stored::Computed(..));
                 match (&p.source, p.widen) {
                     (None, None) if !computed => {
                         stored_runs(p, p.offset, p.len, &mut |at, n| runs.push((at, n)))
@@ -378,7 +378,9 @@ impl Read<'_> {
     fn fill(&self, buf: &mut [u8], piece: &Piece, offset: u64) -> Option<Result<(), ReadError>> {
         match &piece.stored {
             Stored::Contiguous => return self.take(buf, piece.start + offset),
-            Stored::Computed(tensor) => return Some(self.compute(buf, piece, tensor, offset)),
+            Stored::Computed(tensor, data) => {
+                return Some(self.compute(buf, piece, tensor, data, offset));
+            }
             Stored::Strided(_) => {}
         }
         let mut runs = Vec::new();
@@ -389,12 +391,14 @@ impl Read<'_> {
     }
 
     /// Fills `buf` with the bytes of `tensor` (of `piece`) from `offset`, computed from what its
-    /// source stores, then checks that what was read is this version's.
+    /// source (and the data files `data` of its description) store, then checks that what was
+    /// read is each one's version.
     fn compute(
         &self,
         buf: &mut [u8],
         piece: &Piece,
         tensor: &crate::format::Tensor,
+        data: &[Arc<Source>],
         offset: u64,
     ) -> Result<(), ReadError> {
         let (source, opened) = (self.source, self.opened);
@@ -407,16 +411,47 @@ impl Read<'_> {
         // Offsets the tensor's reader gives are relative to the description's data start.
         let base = piece.start.saturating_sub(tensor.begin);
         let mut high = 0;
+        // The data files read, opened once each, with how far each was read.
+        let mut others: Vec<Option<(Arc<Opened>, u64)>> = vec![None; data.len()];
+        let mut failed: Option<ReadError> = None;
         let done = computed.read(
-            &mut |b: &mut [u8], at: u64| {
-                let at = base.saturating_add(at);
-                high = high.max(at.saturating_add(b.len() as u64));
-                opened.file().read_exact_at(b, at)
+            &mut |file: Option<u32>, b: &mut [u8], at: u64| {
+                let Some(k) = file else {
+                    let at = base.saturating_add(at);
+                    high = high.max(at.saturating_add(b.len() as u64));
+                    return opened.file().read_exact_at(b, at);
+                };
+                let (Some(other), Some(slot)) = (data.get(k as usize), others.get_mut(k as usize))
+                else {
+                    return Err(std::io::Error::other("a data file that is not open"));
+                };
+                if slot.is_none() {
+                    match other.opened() {
+                        Ok(o) => *slot = Some((o, 0)),
+                        Err(e) => {
+                            failed = Some(e);
+                            return Err(std::io::Error::other("a data file that cannot be opened"));
+                        }
+                    }
+                }
+                let Some((o, reached)) = slot else {
+                    return Err(std::io::Error::other("a data file that is not open"));
+                };
+                *reached = (*reached).max(at.saturating_add(b.len() as u64));
+                o.file().read_exact_at(b, at)
             },
             offset,
             buf,
         );
+        if let Some(e) = failed {
+            return Err(e);
+        }
         source.check(opened, 0, high)?;
+        for (other, slot) in data.iter().zip(&others) {
+            if let Some((o, reached)) = slot {
+                other.check(o, 0, *reached)?;
+            }
+        }
         done.map_err(|e| source.read_failed(&e))
     }
 
@@ -472,7 +507,7 @@ fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u
         Stored::Contiguous => run(piece.start + offset, len),
         Stored::Strided(tensor) => gather::tensor_runs(tensor, piece.start, offset, len, run),
         // Computed on its own (see `Read::compute`), never gathered.
-        Stored::Computed(_) => {}
+        Stored::Computed(..) => {}
     }
 }
 

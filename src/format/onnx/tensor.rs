@@ -314,7 +314,7 @@ impl Typed {
 impl Computed for Typed {
     fn read(
         &self,
-        read: &mut dyn FnMut(&mut [u8], u64) -> io::Result<()>,
+        read: &mut dyn FnMut(Option<u32>, &mut [u8], u64) -> io::Result<()>,
         offset: u64,
         out: &mut [u8],
     ) -> io::Result<()> {
@@ -325,7 +325,8 @@ impl Computed for Typed {
             return Ok(());
         };
         let skip = first % EVERY;
-        let mut win = Window::new(ReadFn(read), self.end());
+        let mut own = |buf: &mut [u8], at: u64| read(None, buf, at);
+        let mut win = Window::new(ReadFn(&mut own), self.end());
         let mut bytes = vec![0u8; ((last - first) * vb) as usize];
         self.walk(
             &mut win,

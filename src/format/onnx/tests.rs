@@ -49,7 +49,7 @@ fn bytes_of(file: &[u8], t: &Tensor, step: usize) -> Vec<u8> {
     let Some(c) = &t.computed else {
         return file[t.begin as usize..t.end as usize].to_vec();
     };
-    let mut read = |buf: &mut [u8], at: u64| {
+    let mut read = |_: Option<u32>, buf: &mut [u8], at: u64| {
         buf.copy_from_slice(&file[at as usize..at as usize + buf.len()]);
         Ok(())
     };

@@ -18,14 +18,14 @@
 
 mod container;
 mod danger;
-mod dtypes;
+pub(in crate::format) mod dtypes;
 mod legacy;
-mod pickle;
+pub(in crate::format) mod pickle;
 mod rebinding;
 mod rule;
 mod text;
 mod torch;
-mod value;
+pub(in crate::format) mod value;
 mod zip;
 mod zip_directory;
 
@@ -40,6 +40,7 @@ use super::error::FormatError;
 use container::{Container, Span, UNSAFE, checkpoint, load_at, trap, trap_found};
 pub use rule::Rule;
 use torch::{Found, MAX_NOTES};
+use zip_directory::Archive;
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
@@ -51,7 +52,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     file.read_exact_at(&mut head, 0)
         .map_err(|e| FormatError::Io(path.to_path_buf(), e))?;
     let container = if head.starts_with(b"PK\x03\x04") {
-        zip::read(file, len, path)?
+        zip::read(Archive { file, start: 0 }, len, path)?
     } else if legacy::is_tar_checkpoint(&head) {
         return Err(checkpoint(
             path,
@@ -66,6 +67,30 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         }
     };
     build(container, path)
+}
+
+/// Reads the `torch.save` archive that lies at `[start, start + len)` of `file` (whose path is
+/// `path`, for messages), as a checkpoint of its own: what DCP writes for each chunk of a tensor
+/// and each object. Its tensors' places are offsets in `file`.
+pub(in crate::format) fn describe_archive(
+    file: &File,
+    start: u64,
+    len: u64,
+    path: &Path,
+) -> Result<Description, FormatError> {
+    build(zip::read(Archive { file, start }, len, path)?, path)
+}
+
+/// What a reading of a checkpoint says it calls, if it is a trap (nothing was run): refused for
+/// it, or read and not offered for it.
+pub(in crate::format) fn trap_in(read: &Result<Description, FormatError>) -> Option<String> {
+    match read {
+        Ok(d) => match &d.conversion {
+            Some(Err(NotOffered::Trap(why))) => Some(why.clone()),
+            _ => None,
+        },
+        Err(e) => trap_found(e).map(str::to_string),
+    }
 }
 
 /// A file that is pickles rather than a `torch.save` archive: `torch.load` unpickles a file that is

@@ -9,9 +9,7 @@
 //! must lie in the file without overlapping, so that no storage's bytes are another's.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use flate2::read::DeflateDecoder;
@@ -19,7 +17,7 @@ use flate2::read::DeflateDecoder;
 use super::container::{Container, MAX_PICKLE, Rule, Span, checkpoint, pickle_error, refused_trap};
 use super::danger;
 use super::pickle;
-use super::zip_directory::{self, At, Record};
+use super::zip_directory::{self, Archive, At, Record};
 use crate::format::error::FormatError;
 
 /// Longest `byteorder` entry read (`little` or `big`).
@@ -36,7 +34,7 @@ const DEFLATED: u16 = 8;
 const UNREADABLE: u16 = 1 | 1 << 6 | 1 << 5;
 
 /// Reads the archive's directory, its pickle and its storages' places.
-pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, FormatError> {
+pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Container, FormatError> {
     let dir = zip_directory::read(file, len, path)?;
     let records = &dir.records;
     // torch takes the top folder from the first record (it refuses an archive whose first record
@@ -132,7 +130,13 @@ pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Container, Form
         };
         // A name that is not UTF-8 is no key a pickle can name.
         if let Ok(key) = std::str::from_utf8(key) {
-            storages.insert(key.to_string(), Span { start, len: r.size });
+            storages.insert(
+                key.to_string(),
+                Span {
+                    start: file.start.saturating_add(start),
+                    len: r.size,
+                },
+            );
         }
     }
     Ok(Container {
@@ -239,7 +243,7 @@ fn compressed(path: &Path, r: &Record) -> FormatError {
 
 /// The bytes of a pickle record as torch's reader would give them (a deflated one inflated, at
 /// most `max` bytes of it); `None` if torch's reader cannot read it either.
-fn pickle_bytes(file: &File, len: u64, r: &Record, max: u64) -> Option<Vec<u8>> {
+fn pickle_bytes(file: Archive<'_>, len: u64, r: &Record, max: u64) -> Option<Vec<u8>> {
     let start = r.data?;
     if r.flags & UNREADABLE != 0 {
         return None;
@@ -265,7 +269,12 @@ fn pickle_bytes(file: &File, len: u64, r: &Record, max: u64) -> Option<Vec<u8>> 
 }
 
 /// The whole (stored) data of a small record.
-fn read_record(file: &File, r: &Record, max: u64, path: &Path) -> Result<Vec<u8>, FormatError> {
+fn read_record(
+    file: Archive<'_>,
+    r: &Record,
+    max: u64,
+    path: &Path,
+) -> Result<Vec<u8>, FormatError> {
     let (Some(start), STORED) = (r.data, r.method) else {
         return Err(compressed(path, r));
     };

@@ -106,7 +106,7 @@ struct End {
 }
 
 /// Reads the directory of the archive `file` (`len` bytes; `path` for messages).
-pub(super) fn read(file: &File, len: u64, path: &Path) -> Result<Directory, FormatError> {
+pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Directory, FormatError> {
     let mut faults = Faults(None);
     let end = end(file, len, path, &mut faults)?;
     let mut records = records(file, path, &end, &mut faults)?;
@@ -149,14 +149,14 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     })
 }
 
-fn read_at(file: &File, at: u64, n: usize, path: &Path) -> Result<Vec<u8>, FormatError> {
+fn read_at(file: Archive<'_>, at: u64, n: usize, path: &Path) -> Result<Vec<u8>, FormatError> {
     let mut buf = vec![0; n];
     file.read_exact_at(&mut buf, at).map_err(io_error(path))?;
     Ok(buf)
 }
 
 /// The end record (and its zip64 record), checked as torch's reader checks it.
-fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, FormatError> {
+fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<End, FormatError> {
     let start = len.saturating_sub(SEARCH);
     let tail = read_at(file, start, (len - start) as usize, path)?;
     // The last signature with a whole record after it.
@@ -328,7 +328,7 @@ fn end(file: &File, len: u64, path: &Path, faults: &mut Faults) -> Result<End, F
 /// The records walked within the directory's stated size: the end record's count of them must
 /// be there (else torch's reader refuses the archive), and no more.
 fn records(
-    file: &File,
+    file: Archive<'_>,
     path: &Path,
     e: &End,
     faults: &mut Faults,
@@ -511,7 +511,7 @@ fn zip64_values(extra: &[u8], fields: [&mut u64; 3]) -> Result<(), &'static str>
 /// Reads `r`'s local header: where its data starts, and whether it says what the record says
 /// (name, method, flags and sizes; with a data descriptor, sizes of zero).
 fn local_header(
-    file: &File,
+    file: Archive<'_>,
     len: u64,
     path: &Path,
     r: &mut Record,
@@ -591,9 +591,33 @@ fn local_header(
     Ok(())
 }
 
-/// The file as `Read`, by `pread` from a position of its own.
-pub(super) struct At<'f> {
+/// An archive: the bytes of `file` from `start` on (the whole file, or a `torch.save` archive
+/// written inside another file, as DCP writes each chunk). Offsets are the archive's own.
+#[derive(Clone, Copy)]
+pub(super) struct Archive<'f> {
     pub file: &'f File,
+    pub start: u64,
+}
+
+impl Archive<'_> {
+    fn absolute(&self, at: u64) -> io::Result<u64> {
+        self.start
+            .checked_add(at)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))
+    }
+
+    pub fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, self.absolute(at)?)
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        self.file.read_at(buf, self.absolute(at)?)
+    }
+}
+
+/// The archive as `Read`, by `pread` from a position of its own.
+pub(super) struct At<'f> {
+    pub file: Archive<'f>,
     pub pos: u64,
 }
 
