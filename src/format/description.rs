@@ -35,6 +35,31 @@ pub struct Description {
     /// location its reader's rule let through, relative to the file's directory and inside it
     /// (`weights.bin`, `data/part1`; no `.` or `..` component), which the mount resolves.
     pub files: Vec<Box<str>>,
+    /// For a reader that reads its data files too (DCP's, whose chunks' archives it reads): what
+    /// `stat` said of each of [`Description::files`] as it read them. A data file found other
+    /// than this since is not the one described (see [`Seen::same`]). Empty for other readers.
+    pub seen: Vec<Seen>,
+}
+
+/// A version of a file as `stat` gives it: which file, its size and its mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+}
+
+impl Seen {
+    pub fn of(meta: &std::fs::Metadata) -> Seen {
+        use std::os::unix::fs::MetadataExt;
+        Seen {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
 }
 
 /// What a shard of a numbered set (`NAME-00001-of-00003`, with no index) says of its set: GGUF's
@@ -113,6 +138,10 @@ pub struct Tensor {
     pub file: Option<u32>,
 }
 
+/// How a computed tensor reads what it needs: `read(file, buf, at)` fills `buf` from byte `at`
+/// of the described file (`None`) or of its data file `file` (see [`Computed::read`]).
+pub type ReadAt<'a> = dyn FnMut(Option<u32>, &mut [u8], u64) -> std::io::Result<()> + 'a;
+
 /// How the bytes of a tensor are computed from what its file holds, on read (see
 /// [`Tensor::computed`]).
 pub trait Computed: Send + Sync + std::fmt::Debug {
@@ -120,12 +149,7 @@ pub trait Computed: Send + Sync + std::fmt::Debug {
     /// through `read(file, buf, at)`: of the described file where `file` is `None` (`at` relative
     /// to the description's data start, as a tensor's `begin` is), else of its data file
     /// [`Description::files`]`[file]` (`at` from that file's start).
-    fn read(
-        &self,
-        read: &mut dyn FnMut(Option<u32>, &mut [u8], u64) -> std::io::Result<()>,
-        offset: u64,
-        out: &mut [u8],
-    ) -> std::io::Result<()>;
+    fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
 }
 
 impl Tensor {

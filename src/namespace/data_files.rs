@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::node::FileError;
-use crate::format::Description;
+use crate::format::{Description, Seen};
 use crate::source::Source;
 
 /// The sources of the data files `d` names (see [`Description::files`]), found from the
@@ -41,6 +41,24 @@ pub fn find(
                 format!("its data file {location:?} is missing [MissingDataFile]").into(),
             ));
         };
+        if let Some(seen) = d.seen.get(data.len()) {
+            let v = &source.version;
+            let now = Seen {
+                dev: v.id.dev,
+                ino: v.id.ino,
+                size: v.size,
+                mtime: v.mtime,
+            };
+            if now != *seen {
+                return Err(FileError::Data(
+                    format!(
+                        "its data file {location:?} changed after it was read; shown again once \
+                         the file that describes it is rewritten [DataChanged]"
+                    )
+                    .into(),
+                ));
+            }
+        }
         data.push(source);
     }
     for t in &d.tensors {

@@ -21,6 +21,17 @@ Run with the venv python.
       tensors whose keys start with PREFIX (PREFIX removed); PREFIX "top" takes every tensor
       outside the groups that are not the model (optim, optimizer, lr_scheduler, dataloader,
       train_state, extra), "all" every tensor.
+  dcp_checkpoints.py traps DIR CANARY
+      writes two hostile 1-rank checkpoints: DIR/metadata-trap/, whose .metadata calls
+      os.system("touch CANARY") before its Metadata object, and DIR/object-trap/, an object item
+      whose unpickling runs it; and DIR/benign/, a checkpoint of the same shape without them.
+  dcp_checkpoints.py load DIR
+      loads DIR with torch's own reader (dcp_to_torch_save), which unpickles everything.
+  dcp_checkpoints.py broken DIR
+      from a 2-rank checkpoint, writes DIR/NAME/ for each way a checkpoint is broken: truncated
+      (.metadata cut in half), missing (a .distcp gone), short (a .distcp cut short), absolute
+      and escaping (a relative_path that is absolute or leaves the directory), overlap (two
+      chunks over the same rows), transformed (transform_descriptors set); and DIR/good/.
   dcp_checkpoints.py big DIR MIB RANKS SHARDING
       a checkpoint of about MIB MiB of bf16 weights (the benchmark's), on RANKS ranks, with
       SHARDING fsdp2 or 2x2.
@@ -199,6 +210,90 @@ def chunks(rank, ranks, out, count):
     dcp.save({"model": model}, checkpoint_id=out)
 
 
+class Canary:
+    """An object whose unpickling runs a command (its pickling runs nothing)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def small(rank, ranks, out, extra):
+    state = {"model": {"w": filled((4, 3), torch.float32, 31)}}
+    if extra is not None:
+        state["extra"] = {"hook": extra}
+    dcp.save(state, checkpoint_id=out)
+
+
+def traps(directory, canary):
+    run(1, small, os.path.join(directory, "object-trap"), Canary(canary))
+    run(1, small, os.path.join(directory, "benign"), None)
+    target = os.path.join(directory, "metadata-trap")
+    run(1, small, target, None)
+    meta = os.path.join(target, ".metadata")
+    real = open(meta, "rb").read()
+    assert real[:2] == b"\x80\x04"
+    call = b"\x80\x04cos\nsystem\n\x8c" + bytes([len(f"touch {canary}")]) + f"touch {canary}".encode()
+    open(meta, "wb").write(call + b"\x85R0" + real[2:])
+
+
+def broken(directory):
+    import pickle
+    import shutil
+
+    good = os.path.join(directory, "good")
+    run(2, fsdp2, good)
+
+    def variant(name, change_metadata=None):
+        out = os.path.join(directory, name)
+        shutil.copytree(good, out)
+        if change_metadata:
+            path = os.path.join(out, ".metadata")
+            with open(path, "rb") as f:
+                m = pickle.load(f)
+            change_metadata(m)
+            with open(path, "wb") as f:
+                pickle.dump(m, f)
+        return out
+
+    out = variant("truncated")
+    meta = os.path.join(out, ".metadata")
+    data = open(meta, "rb").read()
+    open(meta, "wb").write(data[: len(data) // 2])
+    os.remove(os.path.join(variant("missing"), "__1_0.distcp"))
+    with open(os.path.join(variant("short"), "__1_0.distcp"), "r+b") as f:
+        f.truncate(1000)
+
+    def relocate(path):
+        def change(m):
+            for k, v in m.storage_data.items():
+                if v.relative_path == "__1_0.distcp":
+                    v.relative_path = path
+        return change
+
+    variant("absolute", relocate("/etc/passwd"))
+    variant("escaping", relocate("../good/__1_0.distcp"))
+
+    def overlap(m):
+        w = m.state_dict_metadata["model.0.weight"]
+        w.chunks[1].offsets = torch.Size([40, 0])
+        w.chunks[1].sizes = torch.Size([50, 16])
+        for k in list(m.storage_data):
+            if k.fqn == "model.0.weight" and k.offset == torch.Size([51, 0]):
+                from torch.distributed.checkpoint.metadata import MetadataIndex
+                m.storage_data[MetadataIndex("model.0.weight", torch.Size([40, 0]), 1)] = m.storage_data.pop(k)
+
+    variant("overlap", overlap)
+
+    def transformed(m):
+        for v in m.storage_data.values():
+            v.transform_descriptors = ["stream.zstd/1"]
+
+    variant("transformed", transformed)
+
+
 def flatten(value, prefix, tensors, objects):
     if isinstance(value, torch.Tensor):
         tensors[prefix] = value
@@ -258,6 +353,12 @@ def main():
             chosen = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
         chosen = {k: t.contiguous() for k, t in chosen.items()}
         save_file(chosen, out, metadata={"format": "pt"})
+    elif cmd == "traps":
+        traps(directory, sys.argv[3])
+    elif cmd == "load":
+        consolidated(directory)
+    elif cmd == "broken":
+        broken(directory)
     elif cmd == "big":
         mib, ranks, sharding = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         run(ranks, big, directory, mib, sharding)

@@ -14,6 +14,8 @@ mod cache;
 mod cli;
 /// What the daemon logs: nothing for ordinary calls, one line per failed request.
 mod daemon_log;
+/// torch.distributed.checkpoint: consolidated tensors, the virtual model, traps, broken ones.
+mod dcp;
 /// Comparing two models: tensormount diff.
 mod diff;
 /// The man page and completions, generated from the command line.

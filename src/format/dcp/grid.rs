@@ -8,7 +8,7 @@
 
 use std::io;
 
-use crate::format::description::Computed;
+use crate::format::description::{Computed, ReadAt};
 
 /// Most cells a tensor's chunks may cut it into, per chunk (a grid has one a chunk; chunks that
 /// are not a grid have more).
@@ -222,12 +222,7 @@ impl Grid {
 }
 
 impl Computed for Grid {
-    fn read(
-        &self,
-        read: &mut dyn FnMut(Option<u32>, &mut [u8], u64) -> io::Result<()>,
-        offset: u64,
-        out: &mut [u8],
-    ) -> io::Result<()> {
+    fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> io::Result<()> {
         let mut runs: Vec<(u32, u64, u64)> = Vec::new();
         self.runs(offset, out.len() as u64, &mut |f, at, n| {
             runs.push((f, at, n))

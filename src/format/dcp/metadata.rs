@@ -412,7 +412,10 @@ impl<'p> Walk<'p> {
 
 /// The places of `storage_data`, by key and chunk offsets (none for an object), and whether the
 /// place has transforms.
-struct Storage<'p>(HashMap<(&'p str, Option<Box<[u64]>>), (Stored, bool)>);
+struct Storage<'p>(HashMap<Place<'p>, (Stored, bool)>);
+
+/// A place's key in `storage_data`: the item's key, and a chunk's offsets.
+type Place<'p> = (&'p str, Option<Box<[u64]>>);
 
 impl Storage<'_> {
     fn get(&self, key: &str, offsets: Option<&[u64]>) -> Result<Stored, DcpError> {

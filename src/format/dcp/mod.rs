@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use super::description::{Conversion, Description, NotOffered, Tensor};
+use super::description::{Conversion, Description, NotOffered, Seen, Tensor};
 use super::error::FormatError;
 use super::pytorch::dtypes::file_only;
 use super::pytorch::{describe_archive, trap_in};
@@ -177,7 +177,7 @@ impl Reading<'_> {
                     objects.push(Json::from(key));
                     let read = self.archive(*stored, &format!("object `{key}`"))?;
                     if let Some(why) = trap_in(&read) {
-                        traps.push(format!("object `{key}`: {why}"));
+                        traps.push(format!("object `{key}`: {}", calls(&why)));
                     }
                 }
                 What::Tensor {
@@ -227,6 +227,7 @@ impl Reading<'_> {
             conversion: Some(conversion),
             split: None,
             files: self.names.to_vec(),
+            seen: self.files.iter().map(|f| Seen::of(&f.meta)).collect(),
         })
     }
 
@@ -269,7 +270,7 @@ impl Reading<'_> {
             let what = format!("the chunk at {:?} of tensor `{key}`", c.offsets);
             let read = self.archive(c.stored, &what)?;
             if let Some(why) = trap_in(&read) {
-                traps.push(format!("{what}: {why}"));
+                traps.push(format!("{what}: {}", calls(&why)));
                 continue;
             }
             let bad = |why: String| {
@@ -306,6 +307,12 @@ impl Reading<'_> {
         }
         Ok(placed)
     }
+}
+
+/// What a trap found in an archive calls, without the PyTorch reader's last words on its file.
+fn calls(why: &str) -> &str {
+    why.split_once("; nothing was run")
+        .map_or(why, |(calls, _)| calls)
 }
 
 /// Tensor `key`, consolidated from its placed chunks.

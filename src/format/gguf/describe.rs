@@ -77,6 +77,7 @@ fn description(header: &Header) -> Description {
         }),
         split: split(header),
         files: Vec::new(),
+        seen: Vec::new(),
     }
 }
 

@@ -73,6 +73,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         conversion: Some(conversion),
         split: None,
         files: files.names,
+        seen: Vec::new(),
     })
 }
 

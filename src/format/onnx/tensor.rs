@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::error::OnnxError;
 use super::wire::{At, Field, Spans, Window, Wire};
-use crate::format::description::Computed;
+use crate::format::description::{Computed, ReadAt};
 use crate::format::dtype::{Block, Dtype};
 
 /// A mark in the index every this many values (24 bytes each: 6 bytes a million values).
@@ -312,12 +312,7 @@ impl Typed {
 }
 
 impl Computed for Typed {
-    fn read(
-        &self,
-        read: &mut dyn FnMut(Option<u32>, &mut [u8], u64) -> io::Result<()>,
-        offset: u64,
-        out: &mut [u8],
-    ) -> io::Result<()> {
+    fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> io::Result<()> {
         let vb = self.storage.bytes();
         let first = offset / vb;
         let last = (offset + out.len() as u64).div_ceil(vb).min(self.values);

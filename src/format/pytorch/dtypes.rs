@@ -5,7 +5,7 @@ use crate::format::Dtype;
 
 /// An element type torch names: its size in bytes, and the safetensors dtype or why there is none.
 #[derive(Debug, Clone, Copy)]
-pub(in crate::format) struct Elem {
+pub(crate) struct Elem {
     pub name: &'static str,
     pub size: u64,
     pub dtype: Result<Dtype, &'static str>,
@@ -25,7 +25,7 @@ const FILE_ONLY: &[(&str, Dtype)] = &[
 
 /// The name tensormount gives an element type safetensors has no name for, if its tensors are
 /// shown as files (see [`FILE_ONLY`]).
-pub(in crate::format) fn file_only(elem: &Elem) -> Option<Dtype> {
+pub(crate) fn file_only(elem: &Elem) -> Option<Dtype> {
     FILE_ONLY
         .iter()
         .find(|(torch, _)| *torch == elem.name)
@@ -113,7 +113,7 @@ pub(super) fn dtype_named(name: &str) -> Option<Elem> {
 }
 
 /// The element type of a `torch.<dtype>` global.
-pub(in crate::format) fn dtype_global(module: &str, name: &str) -> Option<Elem> {
+pub(crate) fn dtype_global(module: &str, name: &str) -> Option<Elem> {
     (module == "torch").then(|| dtype_named(name)).flatten()
 }
 

@@ -18,14 +18,14 @@
 
 mod container;
 mod danger;
-pub(in crate::format) mod dtypes;
+pub(crate) mod dtypes;
 mod legacy;
-pub(in crate::format) mod pickle;
+pub(crate) mod pickle;
 mod rebinding;
 mod rule;
 mod text;
 mod torch;
-pub(in crate::format) mod value;
+pub(crate) mod value;
 mod zip;
 mod zip_directory;
 
@@ -72,7 +72,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
 /// Reads the `torch.save` archive that lies at `[start, start + len)` of `file` (whose path is
 /// `path`, for messages), as a checkpoint of its own: what DCP writes for each chunk of a tensor
 /// and each object. Its tensors' places are offsets in `file`.
-pub(in crate::format) fn describe_archive(
+pub(crate) fn describe_archive(
     file: &File,
     start: u64,
     len: u64,
@@ -83,7 +83,7 @@ pub(in crate::format) fn describe_archive(
 
 /// What a reading of a checkpoint says it calls, if it is a trap (nothing was run): refused for
 /// it, or read and not offered for it.
-pub(in crate::format) fn trap_in(read: &Result<Description, FormatError>) -> Option<String> {
+pub(crate) fn trap_in(read: &Result<Description, FormatError>) -> Option<String> {
     match read {
         Ok(d) => match &d.conversion {
             Some(Err(NotOffered::Trap(why))) => Some(why.clone()),
@@ -198,6 +198,7 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
         conversion: Some(conversion),
         split: None,
         files: Vec::new(),
+        seen: Vec::new(),
     })
 }
 

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use super::danger::unsafe_globals;
 use super::rebinding::{self, Rebinding, Setter, state_pairs};
 use super::text::{TextInt, int_line, long_line, minimal, raw_unicode_escape, unquote};
-pub(in crate::format) use super::value::{
+pub(crate) use super::value::{
     Added, FALSE, Id, NONE, Pickle, PickleError, PickleRule, SeqKind, TRUE, Value,
 };
 
@@ -29,7 +29,7 @@ const MAX_PROTOCOL: u8 = 5;
 const SMALL_LONG: usize = 8;
 
 /// Runs the pickle at the start of `input` up to its `STOP`.
-pub(in crate::format) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
+pub(crate) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
     let mut m = Machine {
         input,
         pos: 0,

@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::fmt;
 
 /// Index of a value in [`Pickle::values`].
-pub(in crate::format) type Id = u32;
+pub(crate) type Id = u32;
 
 /// The ids of the values made once for all (`None`, `True`, `False`).
-pub(in crate::format) const NONE: Id = 0;
-pub(in crate::format) const TRUE: Id = 1;
-pub(in crate::format) const FALSE: Id = 2;
+pub(crate) const NONE: Id = 0;
+pub(crate) const TRUE: Id = 1;
+pub(crate) const FALSE: Id = 2;
 
 /// A value the pickle builds.
 #[derive(Debug, Clone, PartialEq)]
-pub(in crate::format) enum Value {
+pub(crate) enum Value {
     None,
     Bool(bool),
     Int(i64),
@@ -52,7 +52,7 @@ pub(in crate::format) enum Value {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::format) enum SeqKind {
+pub(crate) enum SeqKind {
     Tuple,
     List,
     Set,
@@ -62,7 +62,7 @@ pub(in crate::format) enum SeqKind {
 /// What `BUILD`, `SETITEM(S)`, `APPEND(S)` and `ADDITEMS` gave a value that is not a container of
 /// that kind (an object made by a call, whose class was never looked up).
 #[derive(Debug, Default)]
-pub(in crate::format) struct Added {
+pub(crate) struct Added {
     pub states: Vec<Id>,
     pub items: Vec<(Id, Id)>,
     pub elements: Vec<Id>,
@@ -70,7 +70,7 @@ pub(in crate::format) struct Added {
 
 /// One pickle, interpreted.
 #[derive(Debug)]
-pub(in crate::format) struct Pickle {
+pub(crate) struct Pickle {
     pub values: Vec<Value>,
     pub added: HashMap<Id, Added>,
     /// The value at `STOP`.
@@ -80,12 +80,12 @@ pub(in crate::format) struct Pickle {
 }
 
 impl Pickle {
-    pub(in crate::format) fn get(&self, id: Id) -> &Value {
+    pub(crate) fn get(&self, id: Id) -> &Value {
         self.values.get(id as usize).unwrap_or(&Value::None)
     }
 
     /// The `(module, name)` of a global.
-    pub(in crate::format) fn global(&self, id: Id) -> Option<(&str, &str)> {
+    pub(crate) fn global(&self, id: Id) -> Option<(&str, &str)> {
         match self.get(id) {
             Value::Global { module, name, .. } => Some((module, name)),
             _ => None,
@@ -93,14 +93,14 @@ impl Pickle {
     }
 
     /// The items of a tuple or list.
-    pub(in crate::format) fn items(&self, id: Id) -> Option<&[Id]> {
+    pub(crate) fn items(&self, id: Id) -> Option<&[Id]> {
         match self.get(id) {
             Value::Seq(SeqKind::Tuple | SeqKind::List, items) => Some(items),
             _ => None,
         }
     }
 
-    pub(in crate::format) fn int(&self, id: Id) -> Option<i64> {
+    pub(crate) fn int(&self, id: Id) -> Option<i64> {
         match self.get(id) {
             Value::Int(i) => Some(*i),
             Value::Bool(b) => Some(i64::from(*b)),
@@ -108,7 +108,7 @@ impl Pickle {
         }
     }
 
-    pub(in crate::format) fn str(&self, id: Id) -> Option<&str> {
+    pub(crate) fn str(&self, id: Id) -> Option<&str> {
         match self.get(id) {
             Value::Str(s) => Some(s),
             _ => None,

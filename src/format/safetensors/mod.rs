@@ -111,6 +111,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         conversion: None,
         split: None,
         files: Vec::new(),
+        seen: Vec::new(),
     })
 }
 

@@ -1,0 +1,265 @@
+//! torch.distributed.checkpoint (DCP) checkpoints: every tensor consolidated from its chunks as
+//! `dcp_to_torch_save` consolidates it, the virtual `model.safetensors` as
+//! `safetensors.torch.save_file` writes the model's tensors, traps named with nothing run, a
+//! checkpoint shown once its `.metadata` lands, and broken checkpoints named on their
+//! `.metadata`. The checkpoints are written by torch itself, in multi-process gloo runs on
+//! 127.0.0.1 (`tests/python/dcp_checkpoints.py`), and torch's own reader is the oracle.
+
+use crate::common::*;
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Checks checkpoint `name` of the mount `m` (of the directory `src` of checkpoints) against
+/// torch's consolidation: every tensor's bytes, dtype and shape, marked `dcp`; the objects listed
+/// on the directory; the virtual file equal to `save_file` of the model's tensors (`prefix`, as
+/// the script takes it). Returns the number of tensors checked.
+fn consolidated_as_torch_does(
+    py: &Path,
+    m: &Mounted,
+    src: &Path,
+    name: &str,
+    prefix: &str,
+) -> usize {
+    let oracle = json(&python_script(
+        py,
+        "dcp_checkpoints.py",
+        &["oracle", s(&src.join(name))],
+    ));
+    let dir = m.path(name).join("checkpoint.tensors");
+    let tensors = oracle["tensors"].as_object().unwrap();
+    // The tensor files (beside `__metadata__`, the metadata's JSON).
+    let files: Vec<String> = names(&dir)
+        .into_iter()
+        .filter(|n| n != "__metadata__")
+        .collect();
+    let mut keys: Vec<String> = tensors.keys().cloned().collect();
+    keys.sort();
+    assert_eq!(files, keys, "{name}: the tensor files");
+    for (key, t) in tensors {
+        let f = dir.join(key);
+        assert_eq!(
+            sha256sum(&f),
+            t["sha256"].as_str().unwrap(),
+            "{name}: {key}"
+        );
+        assert_eq!(
+            getxattr(&f, "user.safetensors.dtype").as_deref(),
+            t["dtype"].as_str(),
+            "{name}: {key}"
+        );
+        assert_eq!(
+            getxattr(&f, "user.safetensors.shape").unwrap(),
+            t["shape"].to_string(),
+            "{name}: {key}"
+        );
+        assert_eq!(
+            getxattr(&f, "user.tensormount.format").as_deref(),
+            Some("dcp")
+        );
+    }
+    // Objects are listed by key, and none of them is a tensor file.
+    let objects: Value = json(&getxattr(&dir, "user.dcp.objects").unwrap());
+    for o in objects.as_array().unwrap() {
+        assert!(!tensors.contains_key(o.as_str().unwrap()), "{name}: {o}");
+    }
+    let want = src.join(format!("{name}.safetensors"));
+    python_script(
+        py,
+        "dcp_checkpoints.py",
+        &["safetensors", s(&src.join(name)), prefix, s(&want)],
+    );
+    assert_eq!(
+        sha256sum(&m.path(name).join("model.safetensors")),
+        sha256sum(&want),
+        "{name}: the virtual model.safetensors"
+    );
+    fs::remove_file(&want).unwrap();
+    tensors.len()
+}
+
+/// FSDP2 on 2 ranks (dim-0 chunks, even and uneven, an optimizer's state, objects), DTensor
+/// `Shard(1)`, a zero-size chunk, `Replicate`, 0-dim, bf16/fp16/fp32/fp8/integer tensors on 2
+/// ranks, a 2×2 mesh of grids on 4 ranks, and torchtitan's flat layout on 1: every tensor is
+/// byte for byte `dcp_to_torch_save`'s, and `model.safetensors` is `save_file`'s.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-shardings");
+    let src = tmp.join("src");
+    python_script(&py, "dcp_checkpoints.py", &["write", s(&src)]);
+    let m = mount_ok(&src, "");
+    let mut checked = 0;
+    for (name, prefix) in [
+        ("fsdp2", "model."),
+        ("tp", "model."),
+        ("mesh", "model."),
+        ("flat", "top"),
+    ] {
+        checked += consolidated_as_torch_does(&py, &m, &src, name, prefix);
+    }
+    assert!(checked >= 40, "{checked}");
+    // A tensor held by one chunk is a stretch of its data file, with its place; a gathered one
+    // has none.
+    let replicated = m.path("tp/checkpoint.tensors/model.norm.weight");
+    let source = getxattr(&replicated, "user.safetensors.source").unwrap();
+    let offset: u64 = getxattr(&replicated, "user.safetensors.offset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let stored = fs::read(&source).unwrap();
+    let bytes = fs::read(&replicated).unwrap();
+    assert_eq!(
+        &stored[offset as usize..offset as usize + bytes.len()],
+        &bytes[..]
+    );
+    let gathered = m.path("tp/checkpoint.tensors/model.wq.weight");
+    assert_eq!(getxattr(&gathered, "user.safetensors.offset"), None);
+    // The optimizer's state is there, and the objects are listed, never unpickled.
+    assert!(
+        m.path("fsdp2/checkpoint.tensors/optim.state.0.weight.exp_avg")
+            .exists()
+    );
+    let objects = getxattr(&m.path("fsdp2/checkpoint.tensors"), "user.dcp.objects").unwrap();
+    for key in ["step", "lr_scheduler.last_epoch", "extra.names.run"] {
+        assert!(objects.contains(&format!("\"{key}\"")), "{key}: {objects}");
+    }
+    m.unmount().unwrap();
+
+    // layout=tree: the keys as directories.
+    let m = mount_ok(&src, "layout=tree");
+    let tree = m.path("mesh/checkpoint.tensors/model/grid/weight");
+    assert_eq!(
+        sha256sum(&tree),
+        sha256sum(&tmp_copy(&src, "mesh", "model.grid.weight")),
+    );
+    m.unmount().unwrap();
+}
+
+/// The bytes of tensor `key` of checkpoint `name` as a flat mount shows them, copied out.
+fn tmp_copy(src: &Path, name: &str, key: &str) -> std::path::PathBuf {
+    let m = mount_ok(src, "");
+    let out = src.join(format!("{key}.bytes"));
+    fs::copy(m.path(name).join("checkpoint.tensors").join(key), &out).unwrap();
+    m.unmount().unwrap();
+    out
+}
+
+/// A `.metadata` that calls a command before its `Metadata` object, and an object item whose
+/// unpickling calls one: torch's own reader runs each (its canary appears, in a child process);
+/// the mount names the call on `.metadata`, runs nothing, and shows no tensors and no virtual
+/// file, while a benign checkpoint beside them (with an object) shows its model.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn traps_in_metadata_or_objects_are_named_and_nothing_runs() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-traps");
+    let src = tmp.join("src");
+    let canary = tmp.join("canary");
+    python_script(&py, "dcp_checkpoints.py", &["traps", s(&src), s(&canary)]);
+    let m = mount_ok(&src, "");
+    for (name, calls) in [("metadata-trap", "os.system"), ("object-trap", "system")] {
+        let dir = m.path(name);
+        let error = getxattr(&dir.join(".metadata"), "user.tensormount.error").unwrap();
+        assert!(
+            error.contains(calls) && error.ends_with("[UnsafePickle]"),
+            "{name}: {error}"
+        );
+        assert_eq!(names(&dir), [".metadata", "__0_0.distcp"], "{name}");
+    }
+    assert!(m.path("benign/model.safetensors").exists());
+    assert!(m.path("benign/checkpoint.tensors/model.w").exists());
+    m.unmount().unwrap();
+    assert!(!canary.exists(), "the mount ran a trap");
+    // Each is a real trap: torch's reader runs it.
+    for name in ["metadata-trap", "object-trap"] {
+        let _ = std::process::Command::new(&py)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/dcp_checkpoints.py"))
+            .args(["load", s(&src.join(name))])
+            .output()
+            .unwrap();
+        assert!(canary.exists(), "{name}: torch's reader did not run it");
+        fs::remove_file(&canary).unwrap();
+    }
+}
+
+/// A directory being written (its `.distcp` files, no `.metadata`) shows no tensors; once the
+/// writer renames `.metadata.tmp` to `.metadata`, the model appears without a remount; a
+/// `.distcp` rewritten under an unchanged `.metadata` is refused until `.metadata` changes.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn a_checkpoint_appears_once_its_metadata_lands() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-live");
+    let made = tmp.join("made");
+    python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["traps", s(&made), s(&tmp.join("c"))],
+    );
+    let src = tmp.join("src");
+    let ckpt = src.join("step-100");
+    fs::create_dir_all(&ckpt).unwrap();
+    fs::copy(made.join("benign/__0_0.distcp"), ckpt.join("__0_0.distcp")).unwrap();
+    let m = mount_ok(&src, "settle=0");
+    assert_eq!(names(&m.path("step-100")), ["__0_0.distcp"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    fs::copy(made.join("benign/.metadata"), ckpt.join(".metadata.tmp")).unwrap();
+    fs::rename(ckpt.join(".metadata.tmp"), ckpt.join(".metadata")).unwrap();
+    wait_refreshed(&m.path(""), "the checkpoint appears", || {
+        m.path("step-100/model.safetensors").exists()
+    });
+    let w = m.path("step-100/checkpoint.tensors/model.w");
+    assert_eq!(fs::read(&w).unwrap().len(), 4 * 3 * 4);
+    m.unmount().unwrap();
+}
+
+/// Broken checkpoints, each named on its `.metadata` with its rule, beside a good one the daemon
+/// serves on: `.metadata` cut short, a `.distcp` missing or cut short, a `relative_path` that is
+/// absolute or leaves the directory, chunks that overlap, transformed chunks.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn broken_checkpoints_are_named_on_their_metadata() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-broken");
+    let src = tmp.join("src");
+    python_script(&py, "dcp_checkpoints.py", &["broken", s(&src)]);
+    let m = mount_ok(&src, "");
+    for (name, rule, says) in [
+        ("truncated", "[Pickle]", "cut short"),
+        ("missing", "[DataFile]", "\"__1_0.distcp\" is missing"),
+        ("short", "[ChunkPastFile]", "which has 1000 bytes"),
+        ("absolute", "[BadLocation]", "\"/etc/passwd\""),
+        (
+            "escaping",
+            "[BadLocation]",
+            "leaves the checkpoint's directory",
+        ),
+        ("overlap", "[Coverage]", "overlap"),
+        ("transformed", "[Transformed]", "transform_descriptors"),
+    ] {
+        let dir = m.path(name);
+        let error = getxattr(&dir.join(".metadata"), "user.tensormount.error")
+            .unwrap_or_else(|| panic!("{name}: no error"));
+        assert!(
+            error.ends_with(rule) && error.contains(says),
+            "{name}: {error}"
+        );
+        assert!(!dir.join("checkpoint.tensors").exists(), "{name}");
+        assert!(!dir.join("model.safetensors").exists(), "{name}");
+    }
+    let good = m.path("good/model.safetensors");
+    assert!(fs::read(&good).unwrap().len() > 1000);
+    m.unmount().unwrap();
+}
