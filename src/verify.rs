@@ -313,10 +313,17 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
         (false, _) => (0, None),
         (true, None) => (0, Some(file.holds.iter().collect())),
         (true, Some(f)) => match source.describe(f) {
-            // Those in its data files are theirs.
+            // Those in its data files are theirs; those gathered from several data files (a DCP
+            // checkpoint's sharded tensors) are no one file's.
             Ok(d) => (
                 d.data_start,
-                Some(d.tensors.iter().filter(|t| t.file.is_none()).collect()),
+                Some(
+                    d.tensors
+                        .iter()
+                        .filter(|t| t.file.is_none())
+                        .filter(|t| d.files.is_empty() || t.computed.is_none())
+                        .collect(),
+                ),
             ),
             Err(_) => (0, None),
         },
