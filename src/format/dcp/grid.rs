@@ -243,7 +243,12 @@ impl Computed for Grid {
             let low = mine().map(|(r, _)| r.1).min().unwrap_or(0);
             let high = mine().map(|(r, _)| r.1 + r.2).max().unwrap_or(0);
             let total: u64 = mine().map(|(r, _)| r.2).sum();
-            if high - low <= GATHER_SPAN.max(2 * total) {
+            if mine().count() == 1 {
+                // One run: read straight where it goes.
+                for (r, &t) in mine() {
+                    read(Some(file), &mut out[t..t + r.2 as usize], r.1)?;
+                }
+            } else if high - low <= GATHER_SPAN.max(2 * total) {
                 stretch.resize((high - low) as usize, 0);
                 read(Some(file), &mut stretch, low)?;
                 for (r, &t) in mine() {
