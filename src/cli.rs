@@ -246,6 +246,10 @@ pub fn mount_options() -> Vec<(String, String)> {
                 let (toggle, help) = f.toggle_help()?;
                 Some((format!("{toggle}=on|off"), help.to_string()))
             }));
+            out.extend(Format::ALL.into_iter().filter_map(|f| {
+                let s = f.setting()?;
+                Some((format!("{}={}", s.name, s.values), s.help.to_string()))
+            }));
         }
     }
     out
@@ -337,6 +341,8 @@ pub struct MountOptions {
     pub layout: Layout,
     /// `pickle=off`, `gguf=off`: the formats not read.
     pub off: Vec<Format>,
+    /// The formats' own options (`dcp_model=all`), by format, in the order given.
+    pub settings: Vec<(Format, String)>,
     /// `verify`: weight files with a recorded digest are hashed in the background.
     pub verify: bool,
     /// How the mount follows changes of SOURCE.
@@ -362,6 +368,7 @@ impl Default for MountOptions {
             widen: None,
             layout: Layout::Flat,
             off: Vec::new(),
+            settings: Vec::new(),
             verify: false,
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
@@ -430,6 +437,9 @@ impl MountOptions {
                 },
                 ("layout", Some("flat")) => opts.layout = Layout::Flat,
                 ("layout", Some("tree")) => opts.layout = Layout::Tree,
+                (name, Some(value)) if let Some(format) = set_by(name) => {
+                    opts.settings.push((format, value.to_string()));
+                }
                 (name, value) if let Some(format) = toggled(name) => match value {
                     Some("on") => opts.off.retain(|f| *f != format),
                     Some("off") if !opts.off.contains(&format) => opts.off.push(format),
@@ -521,6 +531,13 @@ fn split_options(arg: &str) -> Vec<String> {
 }
 
 /// The format whose `-o NAME=on|off` option is `name`.
+/// The format whose own option is `name`.
+fn set_by(name: &str) -> Option<Format> {
+    Format::ALL
+        .into_iter()
+        .find(|f| f.setting().is_some_and(|s| s.name == name))
+}
+
 fn toggled(name: &str) -> Option<Format> {
     Format::ALL.into_iter().find(|f| f.toggle() == Some(name))
 }

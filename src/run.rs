@@ -65,6 +65,11 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     if helper && args.foreground {
         return Ok(());
     }
+    for (format, value) in &opts.settings {
+        if let Some(s) = format.setting() {
+            (s.set)(value).map_err(|e| format!("mount option `{}={value}`: {e}", s.name))?;
+        }
+    }
     let build = Options {
         strict: opts.strict,
         layout: opts.layout,

@@ -56,6 +56,18 @@ struct Spec {
     /// For a format whose models are a store's (ollama's), how the store is laid out; such a
     /// format claims no file by name, and its reader is never called.
     store: Option<Store>,
+    /// Its own `-o NAME=VALUE` option, if it has one.
+    setting: Option<Setting>,
+}
+
+/// A format's own `-o NAME=VALUE` option: its name, its values and what it does (for `--help`,
+/// the man page and the completions), and how a value is taken: process-wide, once the options
+/// are parsed and before any file is read.
+pub struct Setting {
+    pub name: &'static str,
+    pub values: &'static str,
+    pub help: &'static str,
+    pub set: fn(&str) -> Result<(), String>,
 }
 
 /// How a format's models lie in a store: a directory with a subdirectory of descriptors and one
@@ -157,6 +169,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     error_xattr: "user.safetensors.error",
     read: safetensors::describe,
     store: None,
+    setting: None,
 });
 
 /// PyTorch checkpoints written by `torch.save` (zip or legacy pickle).
@@ -191,6 +204,7 @@ pub const PYTORCH: Format = Format(&Spec {
     error_xattr: "user.tensormount.error",
     read: pytorch::describe,
     store: None,
+    setting: None,
 });
 
 /// llama.cpp's GGUF files.
@@ -216,6 +230,7 @@ pub const GGUF: Format = Format(&Spec {
     error_xattr: "user.tensormount.error",
     read: gguf::describe,
     store: None,
+    setting: None,
 });
 
 /// ONNX models.
@@ -243,6 +258,7 @@ pub const ONNX: Format = Format(&Spec {
     error_xattr: "user.tensormount.error",
     read: onnx::describe,
     store: None,
+    setting: None,
 });
 
 /// ollama's model store: every manifest's model shown by name in `by-name/`.
@@ -274,6 +290,7 @@ pub const OLLAMA: Format = Format(&Spec {
         generated: ("Modelfile", ollama::modelfile),
         digest: ollama::blob_digest,
     }),
+    setting: None,
 });
 
 /// torch.distributed.checkpoint (DCP) checkpoints: a directory's `.metadata` and the
@@ -307,6 +324,15 @@ pub const DCP: Format = Format(&Spec {
     error_xattr: "user.tensormount.error",
     read: dcp::describe,
     store: None,
+    setting: Some(Setting {
+        name: "dcp_model",
+        values: "auto|all|GROUP",
+        help: "which tensors of a DCP checkpoint model.safetensors holds: auto (the default), the \
+               model group's (its prefix removed), else every top-level tensor outside optim, \
+               optimizer, lr_scheduler, dataloader, train_state and extra; all: every tensor, keys \
+               as stored; GROUP: the tensors whose keys start with GROUP. (prefix removed)",
+        set: dcp::choose_model,
+    }),
 });
 
 impl Format {
@@ -376,6 +402,11 @@ impl Format {
             .claims
             .iter()
             .any(|(p, _)| matches!(p, Pattern::Name { .. }))
+    }
+
+    /// Its own `-o NAME=VALUE` option, if it has one.
+    pub fn setting(self) -> Option<&'static Setting> {
+        self.0.setting.as_ref()
     }
 
     /// How its models lie in a store, for a format whose models are a store's.

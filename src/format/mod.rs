@@ -39,7 +39,8 @@ pub use description::{Computed, Conversion, Description, NotOffered, Seen, Split
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
 pub use formats::{
-    DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Store, conversion_key,
+    DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store,
+    conversion_key,
 };
 pub use listing::{Listed, Listing};
 pub use safetensors::rule_name;

@@ -139,6 +139,23 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
         sha256sum(&tmp_copy(&src, "mesh", "model.grid.weight")),
     );
     m.unmount().unwrap();
+
+    // -o dcp_model=: every tensor, or another group (its prefix removed).
+    for (option, prefix) in [("all", "all"), ("optim", "optim.")] {
+        let m = mount_ok(&src, &format!("dcp_model={option}"));
+        let want = src.join("want.safetensors");
+        python_script(
+            &py,
+            "dcp_checkpoints.py",
+            &["safetensors", s(&src.join("fsdp2")), prefix, s(&want)],
+        );
+        assert_eq!(
+            sha256sum(&m.path("fsdp2/model.safetensors")),
+            sha256sum(&want),
+            "dcp_model={option}"
+        );
+        m.unmount().unwrap();
+    }
 }
 
 /// The bytes of tensor `key` of checkpoint `name` as a flat mount shows them, copied out.

@@ -23,6 +23,7 @@ use std::fs::{File, Metadata};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::RwLock;
 
 use serde_json::Value as Json;
 
@@ -52,6 +53,32 @@ pub const NOT_MODEL: &[&str] = &[
     "train_state",
     "extra",
 ];
+
+/// Which tensors the virtual safetensors file holds (`-o dcp_model=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Model {
+    /// The `model` group, else the top level outside [`NOT_MODEL`].
+    Auto,
+    /// Every tensor, keys as stored.
+    All,
+    /// The group of this name, its prefix removed.
+    Group(String),
+}
+
+/// The choice of `-o dcp_model=`, for the whole process.
+static MODEL: RwLock<Model> = RwLock::new(Model::Auto);
+
+/// Takes the value of `-o dcp_model=`: `auto`, `all` or a group's name.
+pub fn choose_model(value: &str) -> Result<(), String> {
+    let model = match value {
+        "auto" => Model::Auto,
+        "all" => Model::All,
+        "" => return Err("a group's name, `auto` or `all`".into()),
+        group => Model::Group(group.trim_end_matches('.').to_string()),
+    };
+    *MODEL.write().unwrap_or_else(|e| e.into_inner()) = model;
+    Ok(())
+}
 
 /// Reads the checkpoint whose `.metadata` is `file` (at `path`).
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
@@ -370,13 +397,22 @@ fn tensor(
 /// checkpoint with a top-level `model` group gives that group's tensors, `model.` removed;
 /// one without gives every tensor outside the groups that are not the model ([`NOT_MODEL`]),
 /// its key as stored.
-fn model_keys(keys: &[&str]) -> Vec<(usize, String)> {
-    let grouped = keys.iter().any(|k| k.starts_with("model."));
+/// `-o dcp_model=` picks another group, or every tensor.
+fn model_keys(keys: &[&str], model: &Model) -> Vec<(usize, String)> {
+    let group = match model {
+        Model::Group(g) => Some(g.as_str()),
+        Model::Auto if keys.iter().any(|k| k.starts_with("model.")) => Some("model"),
+        Model::Auto | Model::All => None,
+    };
     keys.iter()
         .enumerate()
-        .filter_map(|(i, k)| match grouped {
-            true => k.strip_prefix("model.").map(|rest| (i, rest.to_string())),
-            false => {
+        .filter_map(|(i, k)| match group {
+            Some(g) => k
+                .strip_prefix(g)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .map(|rest| (i, rest.to_string())),
+            None if *model == Model::All => Some((i, k.to_string())),
+            None => {
                 let group = k.split('.').next().unwrap_or(k);
                 (!NOT_MODEL.contains(&group)).then(|| (i, k.to_string()))
             }
@@ -386,7 +422,8 @@ fn model_keys(keys: &[&str]) -> Vec<(usize, String)> {
 
 fn conversion(tensors: &[Arc<Tensor>]) -> Result<Conversion, NotOffered> {
     let keys: Vec<&str> = tensors.iter().map(|t| &*t.name).collect();
-    let state_dict: Vec<_> = model_keys(&keys)
+    let model = MODEL.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let state_dict: Vec<_> = model_keys(&keys, &model)
         .into_iter()
         .filter(|(i, _)| !tensors[*i].file_only())
         .map(|(i, name)| (Arc::from(name.as_str()), tensors[i].clone()))

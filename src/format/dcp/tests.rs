@@ -249,7 +249,7 @@ fn data_files_must_lie_in_the_checkpoint_directory() {
 #[test]
 fn the_model_is_the_model_group_or_the_top_level_outside_training_state() {
     let keys = |ks: &[&str]| {
-        model_keys(ks)
+        model_keys(ks, &Model::Auto)
             .into_iter()
             .map(|(_, k)| k)
             .collect::<Vec<_>>()
@@ -273,4 +273,12 @@ fn the_model_is_the_model_group_or_the_top_level_outside_training_state() {
         ]),
         ["tok.weight", "norm"]
     );
+    // -o dcp_model=: another group, or every tensor.
+    let ks = ["model.a", "ema.a", "ema.b.c", "emax.d", "optim.x"];
+    let ema: Vec<String> = model_keys(&ks, &Model::Group("ema".into()))
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(ema, ["a", "b.c"]);
+    assert_eq!(model_keys(&ks, &Model::All).len(), 5);
 }
