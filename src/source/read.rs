@@ -49,6 +49,9 @@ thread_local! {
     static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The reply of a read of one widened piece, kept between reads.
     static WIDENED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The buffer of a thread's copied reads from [`COPY_BELOW`] to [`KEEP_BELOW`] (a gathered
+    /// tensor's, a converted file's of several pieces), kept between reads.
+    static LONG: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether a read may wait on storage.
@@ -511,12 +514,23 @@ fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u
     }
 }
 
-/// `f` on a zeroed buffer of `len` bytes: this thread's below [`COPY_BELOW`], a new one above.
+/// The longest copied read whose buffer a thread keeps: the longest FUSE read, and the header
+/// before it.
+const KEEP_BELOW: u64 = (1 << 20) + (64 << 10);
+
+/// `f` on a buffer of `len` bytes: this thread's below [`COPY_BELOW`], this thread's long one
+/// below [`KEEP_BELOW`], a new one above. (Its bytes are whatever the last read left: every
+/// caller fills all of it.)
 fn with_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
-    if len as u64 >= COPY_BELOW {
+    if len as u64 >= KEEP_BELOW {
         return f(&mut vec![0; len]);
     }
-    COPY.with_borrow_mut(|buf| {
+    let buffer = if len as u64 >= COPY_BELOW {
+        &LONG
+    } else {
+        &COPY
+    };
+    buffer.with_borrow_mut(|buf| {
         if buf.len() < len {
             buf.resize(len, 0);
         }

@@ -236,7 +236,19 @@ fn a_checkpoint_appears_once_its_metadata_lands() {
         m.path("step-100/model.safetensors").exists()
     });
     let w = m.path("step-100/checkpoint.tensors/model.w");
-    assert_eq!(fs::read(&w).unwrap().len(), 4 * 3 * 4);
+    let bytes = fs::read(&w).unwrap();
+    assert_eq!(bytes.len(), 4 * 3 * 4);
+    // The checkpoint deleted (as a trainer deletes an old step): it leaves the mount, and a
+    // handle opened before keeps its bytes.
+    let held = fs::File::open(&w).unwrap();
+    fs::remove_dir_all(&ckpt).unwrap();
+    wait_refreshed(&m.path(""), "the checkpoint leaves", || {
+        !m.path("step-100").exists()
+    });
+    let mut again = Vec::new();
+    std::io::Read::read_to_end(&mut &held, &mut again).unwrap();
+    assert_eq!(again, bytes);
+    drop(held);
     m.unmount().unwrap();
 }
 

@@ -18,6 +18,13 @@ const MIN_CELLS: usize = 1 << 16;
 /// Gathered runs of one data file that lie within this many bytes of each other (or within twice
 /// their length) are read as one stretch.
 const GATHER_SPAN: u64 = 1 << 20;
+/// The longest stretch a thread keeps between reads.
+const KEEP_STRETCH: u64 = 2 << 20;
+
+thread_local! {
+    /// The stretch of a data file a read gathers runs from, kept between reads.
+    static STRETCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A chunk whose archive was read: where it lies in the tensor and where its elements are.
 #[derive(Debug)]
@@ -237,9 +244,30 @@ impl Computed for Grid {
         let mut files: Vec<u32> = runs.iter().map(|r| r.0).collect();
         files.sort_unstable();
         files.dedup();
-        let mut stretch = Vec::new();
-        for file in files {
-            let mine = || runs.iter().zip(&to).filter(|(r, _)| r.0 == file);
+        STRETCH.with_borrow_mut(|stretch| {
+            let done = self.gather(read, &runs, &to, &files, stretch, out);
+            if stretch.capacity() as u64 > KEEP_STRETCH {
+                *stretch = Vec::new();
+            }
+            done
+        })
+    }
+}
+
+impl Grid {
+    /// Reads `runs` (each a file, where and how long) into `out` at `to`, file by file: a file's
+    /// runs close together in one read into `stretch`, then copied.
+    fn gather(
+        &self,
+        read: &mut ReadAt<'_>,
+        runs: &[(u32, u64, u64)],
+        to: &[usize],
+        files: &[u32],
+        stretch: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> io::Result<()> {
+        for &file in files {
+            let mine = || runs.iter().zip(to).filter(|(r, _)| r.0 == file);
             let low = mine().map(|(r, _)| r.1).min().unwrap_or(0);
             let high = mine().map(|(r, _)| r.1 + r.2).max().unwrap_or(0);
             let total: u64 = mine().map(|(r, _)| r.2).sum();
@@ -250,7 +278,7 @@ impl Computed for Grid {
                 }
             } else if high - low <= GATHER_SPAN.max(2 * total) {
                 stretch.resize((high - low) as usize, 0);
-                read(Some(file), &mut stretch, low)?;
+                read(Some(file), stretch, low)?;
                 for (r, &t) in mine() {
                     let from = (r.1 - low) as usize;
                     out[t..t + r.2 as usize].copy_from_slice(&stretch[from..from + r.2 as usize]);
