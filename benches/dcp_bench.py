@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BIN = os.path.join(ROOT, "target/release/tensormount")
+BIN = os.environ.get("TENSORMOUNT_BIN", os.path.join(ROOT, "target/release/tensormount"))
 WRITER = os.path.join(ROOT, "tests/python/dcp_checkpoints.py")
 
 

@@ -93,6 +93,10 @@
 //! 15. ollama: a store of 20 models written as ollama writes one (benches/ollama_bench.py):
 //!     mount + a walk of `by-name/` stat'ing every file, against a script that reads every
 //!     manifest, names its model and stats its blobs.
+//! 16. DCP: 1 GiB checkpoints written by torch on 4 ranks (FSDP2, 2×2) and one of 10,000 chunks
+//!     (benches/dcp_bench.py, which times each row and its baseline): mount until
+//!     `model.safetensors` loads, against `dcp_to_torch_save` + `save_file`; full reads of the
+//!     virtual file warm and cold, against the `.distcp` files; the daemon's RSS.
 //!
 //! Layout: `main.rs` parses the arguments, builds the fixtures and prints the tables;
 //! `fixtures.rs` builds the fixtures (on the tests' writer, `tests/common/fixtures.rs`, and
@@ -100,7 +104,7 @@
 //! runner, `tests/common/daemon.rs`) and undoes every mount on exit or signal; `measure.rs` holds
 //! the timed operations and the statistics; `cases/` the rows (`reads.rs` items 1-5 and 7,
 //! `metadata.rs` 6 and 9, `refresh.rs` 8, `widen.rs` 10, `pickle.rs` 11, `gguf.rs` 13,
-//! `onnx.rs` 14, `ollama.rs` 15);
+//! `onnx.rs` 14, `ollama.rs` 15, `dcp.rs` 16);
 //! `report.rs` prints the table.
 
 #[path = "../../tests/common/daemon.rs"]

@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         match (&t.computed, t.file) {
             (Some(c), None) => {
                 let size = t.size() as usize;
-                let mut read = |buf: &mut [u8], at: u64| {
+                let mut read = |_: Option<u32>, buf: &mut [u8], at: u64| {
                     assert!(at + buf.len() as u64 <= len, "{t:?} reads past the file");
                     file.read_exact_at(buf, at)
                 };

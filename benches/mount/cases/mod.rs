@@ -1,8 +1,10 @@
 //! The rows of the table: [`Bench`] holds the fixtures and options, runs each case warm-up + N
 //! times (fresh mounts for cold figures), and returns rows for `report.rs`. The cases are in
 //! `reads.rs` (items 1-5 and 7), `metadata.rs` (6 and 9), `refresh.rs` (8), `widen.rs` (10),
-//! `pickle.rs` (11), `integrity.rs` (12), `gguf.rs` (13), `onnx.rs` (14) and `ollama.rs` (15).
+//! `pickle.rs` (11), `integrity.rs` (12), `gguf.rs` (13), `onnx.rs` (14), `ollama.rs` (15) and
+//! `dcp.rs` (16).
 
+mod dcp;
 mod gguf;
 mod integrity;
 mod metadata;
@@ -320,6 +322,12 @@ impl Bench {
         if self.wants(&["15"]) {
             self.progress("15: ollama");
             self.ollama(&mut rows);
+        }
+        if self.wants(&["16"]) {
+            self.progress("16: DCP");
+            if let Some(root) = self.mnt.parent().map(Path::to_path_buf) {
+                self.dcp(&root, &mut rows);
+            }
         }
         self.progress("done");
         // Items in order; within an item, the order they were measured in.
