@@ -150,6 +150,13 @@ pub trait Computed: Send + Sync + std::fmt::Debug {
     /// to the description's data start, as a tensor's `begin` is), else of its data file
     /// [`Description::files`]`[file]` (`at` from that file's start).
     fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
+
+    /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as one stretch of one
+    /// of the description's data files (its index there, and where the stretch starts), if they
+    /// do: a read of them is then a plain read of that file.
+    fn stretch(&self, _offset: u64, _len: u64) -> Option<(u32, u64)> {
+        None
+    }
 }
 
 impl Tensor {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::entry::lies_in;
 use super::node::{Content, Node, presented};
+use crate::format::Tensor;
 use crate::format::widen::Widening;
-use crate::format::{Part, Tensor};
 use crate::npy;
 use crate::source::{Body, Piece, ReadError, Reading, Source, Stored, Wait};
 
@@ -55,29 +55,27 @@ impl Node {
                     .iter()
                     .take_while(|part| part.start < end);
                 // Each tensor is read where it lies: the checkpoint, or a data file it names.
-                let lies = |part: &Part| part.tensor.file.and_then(|k| data.get(k as usize));
-                // A read whose tensors all lie in one file reads that file as one body (the fast
-                // paths); one whose tensors lie in several gives each piece its own.
-                let first = parts.clone().next().and_then(lies);
-                let one = parts
-                    .clone()
-                    .all(|p| match (lies(p), first) {
-                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                        (a, b) => a.is_none() && b.is_none(),
+                let read: Vec<(Piece, &Arc<Source>)> = parts
+                    .map(|part| {
+                        let from = offset.max(part.start) - part.start;
+                        let to = end.min(part.end()) - part.start;
+                        let at = lies_in(&part.tensor, source, data);
+                        piece(at, &part.tensor, part.widen, from, to - from, data)
                     })
-                    .then(|| first.unwrap_or(source));
-                let body = one.unwrap_or(source);
-                let mut pieces = Vec::new();
-                for part in parts {
-                    let from = offset.max(part.start) - part.start;
-                    let to = end.min(part.end()) - part.start;
-                    let at = lies(part).unwrap_or(source);
-                    let mut p = piece(at, &part.tensor, part.widen, from, to - from, data);
-                    if one.is_none() {
-                        p.source = Some(at.clone());
-                    }
-                    pieces.push(p);
-                }
+                    .collect();
+                // A read whose pieces all lie in one file reads that file as one body (the fast
+                // paths); one whose pieces lie in several gives each piece its own.
+                let body = read.first().map_or(source, |(_, s)| *s);
+                let one = read.iter().all(|(_, s)| Arc::ptr_eq(s, body));
+                let pieces = read
+                    .into_iter()
+                    .map(|(mut p, s)| {
+                        if !one {
+                            p.source = Some(s.clone());
+                        }
+                        p
+                    })
+                    .collect();
                 reading(body, Cow::Borrowed(head), pieces)
             }
             Content::Tensor {
@@ -86,8 +84,8 @@ impl Node {
                 widen,
                 data,
             } => {
-                let source = lies_in(tensor, source, data);
-                let piece = piece(source, tensor, *widen, offset, size, data);
+                let at = lies_in(tensor, source, data);
+                let (piece, source) = piece(at, tensor, *widen, offset, size, data);
                 reading(source, Cow::Borrowed(&[]), vec![piece])
             }
             Content::Npy {
@@ -106,7 +104,7 @@ impl Node {
                     (0, window(&header, offset, size).to_vec())
                 };
                 let size = size.saturating_sub(head.len() as u64);
-                let piece = piece(source, tensor, *widen, offset, size, data);
+                let (piece, source) = piece(source, tensor, *widen, offset, size, data);
                 reading(source, Cow::Owned(head), vec![piece])
             }
             Content::Generated(bytes) => Reading {
@@ -150,8 +148,8 @@ pub fn tensor_bytes(
 ) -> Result<(), ReadError> {
     let mut offset = 0;
     while offset < tensor.size() {
-        let source = lies_in(tensor, source, data);
-        let piece = piece(source, tensor, None, offset, u64::from(CHUNK), data);
+        let at = lies_in(tensor, source, data);
+        let (piece, source) = piece(at, tensor, None, offset, u64::from(CHUNK), data);
         let reading = reading(source, Cow::Borrowed(&[]), vec![piece]);
         match send_copied(&reading, &mut offset, &mut each) {
             Ok(true) => {}
@@ -208,21 +206,41 @@ pub enum ReadAllError {
 }
 
 /// Up to `size` presented bytes of `tensor` of `source` from `offset` (widened by `widen`): fewer
-/// at the end, none past it.
-fn piece(
-    source: &Source,
+/// at the end, none past it; with the source they are read from: `source`, or the data file of
+/// `data` that holds them as one stretch (a part of a gathered tensor that lies in one chunk).
+fn piece<'a>(
+    source: &'a Arc<Source>,
     tensor: &Arc<Tensor>,
     widen: Option<Widening>,
     offset: u64,
     size: u64,
-    data: &Arc<[Arc<Source>]>,
-) -> Piece {
+    data: &'a Arc<[Arc<Source>]>,
+) -> (Piece, &'a Arc<Source>) {
     let len = presented(tensor, widen).1;
     let offset = offset.min(len);
-    Piece {
+    let len = size.min(len - offset);
+    let stretch = match (&tensor.computed, widen) {
+        (Some(c), None) => c.stretch(offset, len),
+        _ => None,
+    };
+    if let Some((k, at)) = stretch
+        && let Some(file) = data.get(k as usize)
+        && at >= offset
+    {
+        let piece = Piece {
+            start: at - offset,
+            offset,
+            len,
+            widen,
+            stored: Stored::Contiguous,
+            source: None,
+        };
+        return (piece, file);
+    }
+    let piece = Piece {
         start: tensor.start(source.data_start()),
         offset,
-        len: size.min(len - offset),
+        len,
         widen,
         stored: match (&tensor.strides, &tensor.computed) {
             (_, Some(_)) => Stored::Computed(tensor.clone(), data.clone()),
@@ -230,7 +248,8 @@ fn piece(
             (None, None) => Stored::Contiguous,
         },
         source: None,
-    }
+    };
+    (piece, source)
 }
 
 /// A read of `head`, then `pieces` of `source`.

@@ -229,6 +229,16 @@ impl Grid {
 }
 
 impl Computed for Grid {
+    fn stretch(&self, offset: u64, len: u64) -> Option<(u32, u64)> {
+        let mut first = None;
+        let mut count = 0;
+        self.runs(offset, len, &mut |f, at, _| {
+            first.get_or_insert((f, at));
+            count += 1;
+        });
+        first.filter(|_| count == 1)
+    }
+
     fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> io::Result<()> {
         let mut runs: Vec<(u32, u64, u64)> = Vec::new();
         self.runs(offset, out.len() as u64, &mut |f, at, n| {
