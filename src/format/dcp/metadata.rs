@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::error::{DcpError, Rule};
+use crate::format::pytorch::danger::globals_outside;
 use crate::format::pytorch::dtypes::{Elem, dtype_global};
 use crate::format::pytorch::pickle::{self, Id, Pickle, SeqKind, Value};
 
@@ -110,24 +111,8 @@ fn allowed(module: &str, name: &str) -> bool {
 
 /// The globals of `p` that are not allowed, spelled `module.name`, each once.
 pub(super) fn unsafe_globals(p: &Pickle) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for value in &p.values {
-        let spelled = match value {
-            Value::Global {
-                module,
-                name,
-                after_write: Some(why),
-            } => format!("{module}.{name} ({why})"),
-            Value::Global { module, name, .. } if !allowed(module, name) => {
-                format!("{module}.{name}")
-            }
-            Value::ComputedGlobal => "a global whose name the pickle computes".to_string(),
-            _ => continue,
-        };
-        if !out.contains(&spelled) {
-            out.push(spelled);
-        }
-    }
+    let mut out = Vec::new();
+    globals_outside(&p.values, allowed, &mut out);
     out
 }
 

@@ -135,6 +135,16 @@ fn allowed(module: &str, name: &str) -> bool {
 /// Every unsafe global the values name, spelled `module.name` as Python resolves it (and as
 /// written, where that differs), added to `out` once each in order of first appearance.
 pub(super) fn unsafe_globals(values: &[Value], out: &mut Vec<String>) {
+    globals_outside(values, allowed, out);
+}
+
+/// [`unsafe_globals`] against another allow-list: every global the values name that `allowed`
+/// (given the name as Python resolves it) does not allow, or that is unsafe whatever its name.
+pub(crate) fn globals_outside(
+    values: &[Value],
+    allowed: impl Fn(&str, &str) -> bool,
+    out: &mut Vec<String>,
+) {
     let mut seen: HashSet<String> = out.iter().cloned().collect();
     for value in values {
         let spelled = match value {

@@ -17,7 +17,7 @@
 //! storage: tensor offsets are absolute file offsets (`data_start` is 0).
 
 mod container;
-mod danger;
+pub(crate) mod danger;
 pub(crate) mod dtypes;
 mod legacy;
 pub(crate) mod pickle;
