@@ -31,7 +31,8 @@ Run with the venv python.
       from a 2-rank checkpoint, writes DIR/NAME/ for each way a checkpoint is broken: truncated
       (.metadata cut in half), missing (a .distcp gone), short (a .distcp cut short), absolute
       and escaping (a relative_path that is absolute or leaves the directory), overlap (two
-      chunks over the same rows), transformed (transform_descriptors set); and DIR/good/.
+      chunks over the same rows), transformed (transform_descriptors set), absurd (a tensor of
+      2^40 x 2^40 elements); and DIR/good/.
   dcp_checkpoints.py big DIR MIB RANKS SHARDING
       a checkpoint of about MIB MiB of bf16 weights (the benchmark's), on RANKS ranks, with
       SHARDING fsdp2 or 2x2.
@@ -292,6 +293,11 @@ def broken(directory):
             v.transform_descriptors = ["stream.zstd/1"]
 
     variant("transformed", transformed)
+
+    def absurd(m):
+        m.state_dict_metadata["model.0.weight"].size = torch.Size([2**40, 2**40])
+
+    variant("absurd", absurd)
 
 
 def flatten(value, prefix, tensors, objects):

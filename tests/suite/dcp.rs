@@ -129,6 +129,12 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
     for key in ["step", "lr_scheduler.last_epoch", "extra.names.run"] {
         assert!(objects.contains(&format!("\"{key}\"")), "{key}: {objects}");
     }
+    // And in --list --json, by tensor directory.
+    let listed = json(&stdout(&run(&["--list", "--json", s(&src.join("fsdp2"))])));
+    assert_eq!(
+        listed["metadata"]["checkpoint.tensors"]["objects"].to_string(),
+        objects
+    );
     m.unmount().unwrap();
 
     // layout=tree: the keys as directories.
@@ -254,7 +260,7 @@ fn a_checkpoint_appears_once_its_metadata_lands() {
 
 /// Broken checkpoints, each named on its `.metadata` with its rule, beside a good one the daemon
 /// serves on: `.metadata` cut short, a `.distcp` missing or cut short, a `relative_path` that is
-/// absolute or leaves the directory, chunks that overlap, transformed chunks.
+/// absolute or leaves the directory, chunks that overlap, transformed chunks, an absurd size.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn broken_checkpoints_are_named_on_their_metadata() {
@@ -277,6 +283,7 @@ fn broken_checkpoints_are_named_on_their_metadata() {
         ),
         ("overlap", "[Coverage]", "overlap"),
         ("transformed", "[Transformed]", "transform_descriptors"),
+        ("absurd", "[TooLarge]", "[1099511627776, 1099511627776]"),
     ] {
         let dir = m.path(name);
         let error = getxattr(&dir.join(".metadata"), "user.tensormount.error")

@@ -350,7 +350,12 @@ fn tensor(
     shape: &[u64],
     placed: Vec<Placed>,
 ) -> Result<Tensor, DcpError> {
-    let too_large = || DcpError::new(Rule::TooLarge, format!("tensor `{key}` of shape {shape:?}"));
+    let too_large = || {
+        DcpError::new(
+            Rule::TooLarge,
+            format!("tensor `{key}` of shape {shape:?} has more bytes than can be counted"),
+        )
+    };
     let numel = shape
         .iter()
         .try_fold(1u64, |n, &d| n.checked_mul(d))
