@@ -507,3 +507,32 @@ fn notes_are_bounded() {
     assert_eq!(d.notes.len(), 101);
     assert!(d.notes[100].ends_with(": and 51 more"), "{}", d.notes[100]);
 }
+
+/// A `torch.save` archive written inside another file (as DCP writes each chunk), read at its
+/// offset: the same tensors, of the same bytes, placed in the outer file; and the archive's
+/// neighbours never taken for part of it.
+#[test]
+fn an_archive_inside_another_file_reads_as_the_file_alone() {
+    let (file, alone) = read("views_zip.pt");
+    let alone = alone.unwrap();
+    let bytes = std::fs::read(fixture("views_zip.pt")).unwrap();
+    let before = vec![b'P'; 12_345];
+    let after = b"PK\x05\x06 an end record that is not the archive's".to_vec();
+    let outer = std::env::temp_dir().join(format!("tm-archive-{}", std::process::id()));
+    std::fs::write(&outer, [&before[..], &bytes, &after].concat()).unwrap();
+    let o = File::open(&outer).unwrap();
+    let at = before.len() as u64;
+    let inside = super::describe_archive(&o, at, bytes.len() as u64, &outer).unwrap();
+    assert_eq!(inside.tensors.len(), alone.tensors.len());
+    for (a, b) in alone.tensors.iter().zip(&inside.tensors) {
+        assert_eq!(
+            (&a.name, a.begin + at, &a.strides),
+            (&b.name, b.begin, &b.strides)
+        );
+        assert_eq!(gather(&file, a), gather(&o, b), "{}", a.name);
+    }
+    // Cut one byte short, the archive's own end record is out of reach: refused, not read past.
+    let short = super::describe_archive(&o, at, bytes.len() as u64 - 1, &outer);
+    assert!(short.is_err() || short.unwrap().tensors.is_empty());
+    std::fs::remove_file(&outer).unwrap();
+}
