@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -417,4 +418,45 @@ pub fn inotify_add_watch(inotify: &File, path: &Path, mask: u32) -> io::Result<i
 pub fn inotify_rm_watch(inotify: &File, wd: i32) {
     // SAFETY: removing a watch has no memory-safety preconditions.
     unsafe { libc::inotify_rm_watch(inotify.as_raw_fd(), wd) };
+}
+
+/// `struct open_how` of `openat2(2)` (libc's is not constructible outside it).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Opens `rel`, a path relative to the directory `root`, for reading, following symbolic links
+/// only while they stay below `root` (`openat2` with `RESOLVE_BENEATH`): nothing outside `root`
+/// is opened, whatever the links say. A path that leads outside fails with `EXDEV`; a kernel
+/// before 5.6 gives `ENOSYS`.
+pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<File> {
+    let dir = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(root)?;
+    let rel = CString::new(rel.as_os_str().as_bytes())?;
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `dir` is an open descriptor, `rel` a NUL-terminated string and `how` an `open_how`
+    // of the size passed, all alive for the call; the kernel only reads them.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a descriptor the call just opened, owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }

@@ -8,6 +8,10 @@ use serde_json::Value as Json;
 
 use super::dtype::Dtype;
 
+/// Opens a data file a reader names (a plain file name, beside the file it reads) for reading,
+/// within the bounds the caller sets: the mount opens nothing outside SOURCE.
+pub type OpenData<'a> = dyn Fn(&str) -> std::io::Result<std::fs::File> + 'a;
+
 /// A file's tensors and metadata, as its format's reader found them.
 #[derive(Debug)]
 pub struct Description {

@@ -5,9 +5,10 @@
 
 use std::fmt;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::description::Description;
+use super::description::{Description, OpenData};
 use super::error::FormatError;
 use super::listing::Listing;
 use super::{dcp, gguf, ollama, onnx, pytorch, safetensors};
@@ -51,8 +52,9 @@ struct Spec {
     /// The xattr of a mirrored file of this format (or of an index of its sets) that says why it
     /// is not interpreted.
     error_xattr: &'static str,
-    /// Its reader (of a file claimed as a descriptor).
-    read: fn(&File, &Path) -> Result<Description, FormatError>,
+    /// Its reader (of a file claimed as a descriptor), which opens the data files it reads
+    /// (none but DCP's) only through the opener it is given.
+    read: fn(&File, &Path, &OpenData<'_>) -> Result<Description, FormatError>,
     /// For a format whose models are a store's (ollama's), how the store is laid out; such a
     /// format claims no file by name, and its reader is never called.
     store: Option<Store>,
@@ -102,7 +104,7 @@ pub struct Store {
 pub type Generate = fn(&str, &Listing, &[Option<&[u8]>]) -> Vec<u8>;
 
 /// A store format's reader of files, never called: it claims no file by name.
-fn no_file(_: &File, path: &Path) -> Result<Description, FormatError> {
+fn no_file(_: &File, path: &Path, _: &OpenData<'_>) -> Result<Description, FormatError> {
     Err(FormatError::Foreign(path.to_path_buf()))
 }
 
@@ -167,7 +169,7 @@ pub const SAFETENSORS: Format = Format(&Spec {
     converted_stem: same_stem,
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.safetensors.error",
-    read: safetensors::describe,
+    read: |file, path, _| safetensors::describe(file, path),
     store: None,
     setting: None,
 });
@@ -202,7 +204,7 @@ pub const PYTORCH: Format = Format(&Spec {
     converted_stem: pytorch::converted_stem,
     metadata_xattr: "user.safetensors.metadata.",
     error_xattr: "user.tensormount.error",
-    read: pytorch::describe,
+    read: |file, path, _| pytorch::describe(file, path),
     store: None,
     setting: None,
 });
@@ -228,7 +230,7 @@ pub const GGUF: Format = Format(&Spec {
     converted_stem: same_stem,
     metadata_xattr: "user.gguf.",
     error_xattr: "user.tensormount.error",
-    read: gguf::describe,
+    read: |file, path, _| gguf::describe(file, path),
     store: None,
     setting: None,
 });
@@ -256,7 +258,7 @@ pub const ONNX: Format = Format(&Spec {
     converted_stem: same_stem,
     metadata_xattr: "user.onnx.",
     error_xattr: "user.tensormount.error",
-    read: onnx::describe,
+    read: |file, path, _| onnx::describe(file, path),
     store: None,
     setting: None,
 });
@@ -459,9 +461,27 @@ impl Format {
         self.0.numbered
     }
 
-    /// Reads `file` (whose path is `path`, for messages) as a file of this format.
+    /// Reads `file` (whose path is `path`, for messages) as a file of this format; the data
+    /// files it reads are opened beside it, by name, following no link.
     pub fn describe(self, file: &File, path: &Path) -> Result<Description, FormatError> {
-        (self.0.read)(file, path)
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let beside = |name: &str| {
+            File::options()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(dir.join(name))
+        };
+        self.describe_opening(file, path, &beside)
+    }
+
+    /// [`Format::describe`], the data files it reads opened by `open`.
+    pub fn describe_opening(
+        self,
+        file: &File,
+        path: &Path,
+        open: &OpenData<'_>,
+    ) -> Result<Description, FormatError> {
+        (self.0.read)(file, path, open)
     }
 
     /// The name of the virtual safetensors file a file of this format with stem `stem` converts

@@ -35,7 +35,9 @@ pub mod set;
 pub mod widen;
 
 pub use converted::{Converted, Part};
-pub use description::{Computed, Conversion, Description, NotOffered, Seen, Split, Tensor};
+pub use description::{
+    Computed, Conversion, Description, NotOffered, OpenData, Seen, Split, Tensor,
+};
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
 pub use formats::{

@@ -79,6 +79,7 @@ impl Writer {
         let mut c = Commit::new(&empty, w.next_ino);
         let mut budget = MAX_NODES;
         let record = if meta.is_dir() {
+            sources.set_root(&canonical);
             let scan = Scan::read(&canonical, &canonical, None, sources)
                 .map_err(|e| BuildError::ReadDir(source.into(), e))?;
             let (record, children) = w.walk().fresh_dir(canonical, scan, &[], &mut budget)?;

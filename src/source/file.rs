@@ -202,10 +202,29 @@ impl Source {
             let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
             let file = self.file_for_read().map_err(unreadable)?;
             let description = format
-                .describe(&file, &self.path)
+                .describe_opening(&file, &self.path, &|name| self.open_beside(name))
                 .map_err(DescribeError::Invalid)?;
             Ok(Arc::new(description))
         })
+    }
+
+    /// Opens the file `name` beside this one (where it was found, through links) for its reader:
+    /// only below SOURCE, links followed only while they stay there (`EXDEV` for one that
+    /// leaves it); nothing where SOURCE is a single file.
+    fn open_beside(&self, name: &str) -> std::io::Result<File> {
+        let outside = || std::io::Error::from_raw_os_error(libc::EXDEV);
+        let root = self.sources.root().ok_or_else(outside)?;
+        let dir = self.entry.parent().ok_or_else(outside)?;
+        let path = dir.join(name);
+        let rel = path.strip_prefix(&root).map_err(|_| outside())?;
+        match sys::open_beneath(&root, rel) {
+            // A kernel before 5.6: the file itself, no link followed.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => File::options()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&path),
+            opened => opened,
+        }
     }
 
     /// The safetensors file this valid file of `format` converts to, or why it is not offered as

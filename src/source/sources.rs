@@ -21,8 +21,9 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use log::debug;
@@ -73,6 +74,9 @@ struct Shared {
     served: AtomicU64,
     /// Calls to the source that returned.
     progress: AtomicU64,
+    /// SOURCE, where it is a directory: below it, and only there, readers open the data files
+    /// their descriptors name.
+    root: RwLock<Option<Arc<Path>>>,
 }
 
 impl Sources {
@@ -87,7 +91,22 @@ impl Sources {
             closed: AtomicUsize::new(0),
             served: AtomicU64::new(0),
             progress: AtomicU64::new(0),
+            root: RwLock::new(None),
         }))
+    }
+
+    /// Sets SOURCE, a directory, below which data files are opened (see [`Sources::root`]).
+    pub fn set_root(&self, root: &Path) {
+        *self.0.root.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::from(root));
+    }
+
+    /// SOURCE, where it is a directory: the bound of the data files readers open.
+    pub fn root(&self) -> Option<Arc<Path>> {
+        self.0
+            .root
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// How many sources may be open at once: [`MAX_OPEN`], or fewer where the descriptor limit

@@ -299,3 +299,51 @@ fn broken_checkpoints_are_named_on_their_metadata() {
     assert!(fs::read(&good).unwrap().len() > 1000);
     m.unmount().unwrap();
 }
+
+/// Data files are opened only below SOURCE: a `.distcp` that links to a file elsewhere in SOURCE
+/// (a blob store) is read through its link; one that links outside SOURCE is refused, named on
+/// `.metadata`, and never opened.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn data_files_are_opened_only_below_source() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-links");
+    let made = tmp.join("made");
+    python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["traps", s(&made), s(&tmp.join("c"))],
+    );
+    let benign = made.join("benign");
+    let src = tmp.join("src");
+    let outside = tmp.join("outside");
+    for d in ["blobs", "inside", "escapes"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    fs::create_dir_all(&outside).unwrap();
+    fs::copy(benign.join("__0_0.distcp"), src.join("blobs/b1")).unwrap();
+    fs::copy(benign.join("__0_0.distcp"), outside.join("b1")).unwrap();
+    for (dir, target) in [
+        ("inside", Path::new("../blobs/b1").to_path_buf()),
+        ("escapes", outside.join("b1")),
+    ] {
+        fs::copy(benign.join(".metadata"), src.join(dir).join(".metadata")).unwrap();
+        std::os::unix::fs::symlink(&target, src.join(dir).join("__0_0.distcp")).unwrap();
+    }
+    let m = mount_ok(&src, "");
+    assert_eq!(
+        fs::read(m.path("inside/checkpoint.tensors/model.w"))
+            .unwrap()
+            .len(),
+        4 * 3 * 4
+    );
+    let error = getxattr(&m.path("escapes/.metadata"), "user.tensormount.error").unwrap();
+    assert!(
+        error.contains("leads outside SOURCE") && error.ends_with("[DataFile]"),
+        "{error}"
+    );
+    assert!(!m.path("escapes/checkpoint.tensors").exists());
+    m.unmount().unwrap();
+}

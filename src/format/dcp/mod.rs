@@ -20,14 +20,14 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::fs::{File, Metadata};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::RwLock;
 
 use serde_json::Value as Json;
 
-use super::description::{Conversion, Description, NotOffered, Seen, Tensor};
+use super::description::{Conversion, Description, NotOffered, OpenData, Seen, Tensor};
 use super::error::FormatError;
 use super::pytorch::dtypes::file_only;
 use super::pytorch::{describe_archive, trap_in};
@@ -81,7 +81,7 @@ pub fn choose_model(value: &str) -> Result<(), String> {
 }
 
 /// Reads the checkpoint whose `.metadata` is `file` (at `path`).
-pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
+pub fn describe(file: &File, path: &Path, open: &OpenData<'_>) -> Result<Description, FormatError> {
     let invalid = |e: DcpError| FormatError::invalid(path, e);
     let io = |e| FormatError::Io(path.to_path_buf(), e);
     let len = file.metadata().map_err(io)?.len();
@@ -95,8 +95,7 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     file.read_exact_at(&mut bytes, 0).map_err(io)?;
     let checkpoint = metadata::read(&bytes).map_err(invalid)?;
     drop(bytes);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let files = open_files(dir, &checkpoint.files).map_err(invalid)?;
+    let files = open_files(open, &checkpoint.files).map_err(invalid)?;
     Reading {
         files: &files,
         names: &checkpoint.files,
@@ -111,23 +110,22 @@ struct DataFile {
     meta: Metadata,
 }
 
-/// Opens each data file `names` says, in `dir`, following no link.
-fn open_files(dir: &Path, names: &[Box<str>]) -> Result<Vec<DataFile>, DcpError> {
+/// Opens each data file `names` says, through `open`.
+fn open_files(open: &OpenData<'_>, names: &[Box<str>]) -> Result<Vec<DataFile>, DcpError> {
     names
         .iter()
         .map(|name| {
             let failed = |why: String| {
                 DcpError::new(Rule::DataFile, format!("its data file {name:?} {why}"))
             };
-            let file = File::options()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(dir.join(&**name))
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::ENOENT) => failed("is missing".into()),
-                    Some(libc::ELOOP) => failed("is a symbolic link, which is not followed".into()),
-                    _ => failed(format!("cannot be opened: {e}")),
-                })?;
+            let file = open(name).map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) => failed("is missing".into()),
+                Some(libc::ELOOP) => failed("is a symbolic link, which is not followed".into()),
+                Some(libc::EXDEV) => {
+                    failed("leads outside SOURCE through a link, and is not opened".into())
+                }
+                _ => failed(format!("cannot be opened: {e}")),
+            })?;
             let meta = file
                 .metadata()
                 .map_err(|e| failed(format!("cannot be read: {e}")))?;

@@ -39,7 +39,7 @@ fn computed_bytes(t: &Tensor, files: &[Vec<u8>], step: usize) -> Vec<u8> {
 #[test]
 fn a_real_checkpoint_is_described_by_key_with_its_chunks_placed() {
     let path = tp().join(".metadata");
-    let d = describe(&File::open(&path).unwrap(), &path).unwrap();
+    let d = described(&path).unwrap();
     assert_eq!(d.kind, "dcp");
     assert_eq!(
         &d.files[..],
@@ -179,7 +179,7 @@ fn copy_with(name: &str, metadata: Option<Vec<u8>>, change: impl Fn(&Path)) -> P
 }
 
 fn described(path: &Path) -> Result<Description, FormatError> {
-    describe(&File::open(path).unwrap(), path)
+    crate::format::DCP.describe(&File::open(path).unwrap(), path)
 }
 
 #[test]
