@@ -244,6 +244,23 @@ fn a_checkpoint_appears_once_its_metadata_lands() {
     let w = m.path("step-100/checkpoint.tensors/model.w");
     let bytes = fs::read(&w).unwrap();
     assert_eq!(bytes.len(), 4 * 3 * 4);
+    // A save into the same directory: the .distcp rewritten in place first, under the old
+    // .metadata, which then no longer describes it; the new .metadata renamed in last.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(
+        ckpt.join("__0_0.distcp"),
+        fs::read(made.join("benign/__0_0.distcp")).unwrap(),
+    )
+    .unwrap();
+    wait_refreshed(&m.path(""), "the rewritten data file is refused", || {
+        getxattr(&m.path("step-100/.metadata"), "user.tensormount.error")
+            .is_some_and(|e| e.contains("[DataChanged]"))
+    });
+    assert!(!m.path("step-100/checkpoint.tensors").exists());
+    fs::copy(made.join("benign/.metadata"), ckpt.join(".metadata.tmp")).unwrap();
+    fs::rename(ckpt.join(".metadata.tmp"), ckpt.join(".metadata")).unwrap();
+    wait_refreshed(&m.path(""), "the checkpoint is back", || w.exists());
+    assert_eq!(fs::read(&w).unwrap(), bytes);
     // The checkpoint deleted (as a trainer deletes an old step): it leaves the mount, and a
     // handle opened before keeps its bytes.
     let held = fs::File::open(&w).unwrap();
