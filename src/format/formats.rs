@@ -126,9 +126,9 @@ pub enum Role {
 enum Pattern {
     /// A name that ends in this suffix, in any case.
     Suffix(&'static str),
-    /// A file of exactly this name in a directory of SOURCE, whose tensor directory is named
-    /// after `stem` (DCP's `.metadata` gives `checkpoint.tensors/`). Never a SOURCE that is a
-    /// single file: such a descriptor's data files lie beside it.
+    /// A file of exactly this name, whose tensor directory is named after `stem` (DCP's
+    /// `.metadata` gives `checkpoint.tensors/`). Such a descriptor's data files lie beside it: as
+    /// a SOURCE that is a single file, it is refused, its data files being outside SOURCE.
     Name {
         name: &'static str,
         stem: &'static str,
@@ -383,7 +383,6 @@ impl Format {
     pub fn for_source(file_name: &[u8], start: &[u8]) -> Format {
         Format::of(file_name)
             .map(|(f, _)| f)
-            .filter(|f| !f.claims_names())
             .or_else(|| Format::of_content(start))
             .unwrap_or(SAFETENSORS)
     }
@@ -566,6 +565,11 @@ mod tests {
         assert_eq!(Format::for_source(b"m.safetensors", b"GGUF"), SAFETENSORS);
         // Magic is never a claim by name.
         assert_eq!(Format::claim(b"GGUF"), None);
+        // A whole name, its stem the format's.
+        assert_eq!(Format::of(b".metadata"), Some((DCP, &b"checkpoint"[..])));
+        assert_eq!(Format::of(b"x.metadata"), None);
+        assert_eq!(Format::for_source(b".metadata", b"\x80\x04"), DCP);
+        assert_eq!(Format::claim(b"__0_0.distcp").map(|c| c.1), Some(Role::Data));
         for (i, f) in Format::ALL.into_iter().enumerate() {
             assert_eq!(f.position(), i);
         }

@@ -358,7 +358,7 @@ fn data_files_are_opened_only_below_source() {
     );
     let error = getxattr(&m.path("escapes/.metadata"), "user.tensormount.error").unwrap();
     assert!(
-        error.contains("leads outside SOURCE") && error.ends_with("[DataFile]"),
+        error.contains("lies outside SOURCE") && error.ends_with("[DataFile]"),
         "{error}"
     );
     assert!(!m.path("escapes/checkpoint.tensors").exists());

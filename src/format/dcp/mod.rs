@@ -121,9 +121,11 @@ fn open_files(open: &OpenData<'_>, names: &[Box<str>]) -> Result<Vec<DataFile>, 
             let file = open(name).map_err(|e| match e.raw_os_error() {
                 Some(libc::ENOENT) => failed("is missing".into()),
                 Some(libc::ELOOP) => failed("is a symbolic link, which is not followed".into()),
-                Some(libc::EXDEV) => {
-                    failed("leads outside SOURCE through a link, and is not opened".into())
-                }
+                Some(libc::EXDEV) => failed(
+                    "lies outside SOURCE (through a link, or beside a SOURCE that is one file), \
+                     and is not opened"
+                        .into(),
+                ),
                 _ => failed(format!("cannot be opened: {e}")),
             })?;
             let meta = file
