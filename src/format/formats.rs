@@ -569,7 +569,10 @@ mod tests {
         assert_eq!(Format::of(b".metadata"), Some((DCP, &b"checkpoint"[..])));
         assert_eq!(Format::of(b"x.metadata"), None);
         assert_eq!(Format::for_source(b".metadata", b"\x80\x04"), DCP);
-        assert_eq!(Format::claim(b"__0_0.distcp").map(|c| c.1), Some(Role::Data));
+        assert_eq!(
+            Format::claim(b"__0_0.distcp").map(|c| c.1),
+            Some(Role::Data)
+        );
         for (i, f) in Format::ALL.into_iter().enumerate() {
             assert_eq!(f.position(), i);
         }
