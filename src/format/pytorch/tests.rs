@@ -510,15 +510,25 @@ fn notes_are_bounded() {
 
 /// A `torch.save` archive written inside another file (as DCP writes each chunk), read at its
 /// offset: the same tensors, of the same bytes, placed in the outer file; and the archive's
-/// neighbours never taken for part of it.
+/// neighbours never taken for part of it. Also for a zip64 archive (as torch writes one past
+/// 4 GiB: `zip64.pt` is a torch.save archive rewritten by Python's zipfile with every zip64
+/// record forced, which torch.load reads), whose zip64 end record the locator places from the
+/// archive's start.
 #[test]
 fn an_archive_inside_another_file_reads_as_the_file_alone() {
-    let (file, alone) = read("views_zip.pt");
+    for name in ["views_zip.pt", "zip64.pt"] {
+        archive_inside_another_file(name);
+    }
+}
+
+fn archive_inside_another_file(name: &str) {
+    let (file, alone) = read(name);
     let alone = alone.unwrap();
-    let bytes = std::fs::read(fixture("views_zip.pt")).unwrap();
+    assert!(!alone.tensors.is_empty(), "{name}");
+    let bytes = std::fs::read(fixture(name)).unwrap();
     let before = vec![b'P'; 12_345];
     let after = b"PK\x05\x06 an end record that is not the archive's".to_vec();
-    let outer = std::env::temp_dir().join(format!("tm-archive-{}", std::process::id()));
+    let outer = std::env::temp_dir().join(format!("tm-archive-{}-{name}", std::process::id()));
     std::fs::write(&outer, [&before[..], &bytes, &after].concat()).unwrap();
     let o = File::open(&outer).unwrap();
     let at = before.len() as u64;

@@ -140,6 +140,27 @@ def main():
     with open(os.path.join(OUT, "evil.json"), "w") as f:  # never loaded: the oracle is the input
         json.dump({**oracle({"w": torch.ones(2)}), "state_dict": None}, f, indent=1)
         f.write("\n")
+    zip64()
+
+
+def zip64():
+    """zip64.pt: a torch.save archive of a transposed tensor rewritten by Python's zipfile with
+    every zip64 record forced (as torch writes them past 4 GiB); torch.load reads it."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save(torch.arange(12, dtype=torch.float32).reshape(3, 4).t(), buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    zipfile.ZIP64_LIMIT = 0
+    zipfile.ZIP_FILECOUNT_LIMIT = 0
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        for info in src.infolist():
+            z.writestr(zipfile.ZipInfo(info.filename), src.read(info.filename))
+    assert torch.equal(torch.load(io.BytesIO(out.getvalue())), torch.arange(12.0).reshape(3, 4).t())
+    with open(os.path.join(OUT, "zip64.pt"), "wb") as f:
+        f.write(out.getvalue())
 
 
 main()
