@@ -32,7 +32,8 @@ Run with the venv python.
       (.metadata cut in half), missing (a .distcp gone), short (a .distcp cut short), absolute
       and escaping (a relative_path that is absolute or leaves the directory), overlap (two
       chunks over the same rows), transformed (transform_descriptors set), absurd (a tensor of
-      2^40 x 2^40 elements); and DIR/good/.
+      2^40 x 2^40 elements), retyped (int32 where the chunks hold float32), hole (a chunk left
+      out), outside (a chunk past the tensor's shape); and DIR/good/.
   dcp_checkpoints.py big DIR MIB RANKS SHARDING
       a checkpoint of about MIB MiB of bf16 weights (the benchmark's), on RANKS ranks, with
       SHARDING fsdp2 or 2x2.
@@ -298,6 +299,23 @@ def broken(directory):
         m.state_dict_metadata["model.0.weight"].size = torch.Size([2**40, 2**40])
 
     variant("absurd", absurd)
+
+    def retyped(m):
+        m.state_dict_metadata["model.0.weight"].properties.dtype = torch.int32
+
+    variant("retyped", retyped)
+
+    def hole(m):
+        w = m.state_dict_metadata["model.0.weight"]
+        w.chunks = w.chunks[:1]
+
+    variant("hole", hole)
+
+    def outside(m):
+        w = m.state_dict_metadata["model.0.weight"]
+        w.size = torch.Size([90, 16])
+
+    variant("outside", outside)
 
 
 def flatten(value, prefix, tensors, objects):

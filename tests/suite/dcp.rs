@@ -277,7 +277,8 @@ fn a_checkpoint_appears_once_its_metadata_lands() {
 
 /// Broken checkpoints, each named on its `.metadata` with its rule, beside a good one the daemon
 /// serves on: `.metadata` cut short, a `.distcp` missing or cut short, a `relative_path` that is
-/// absolute or leaves the directory, chunks that overlap, transformed chunks, an absurd size.
+/// absolute or leaves the directory, chunks that overlap, leave a hole or lie past the shape,
+/// transformed chunks, an archive of another dtype than the metadata's, an absurd size.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn broken_checkpoints_are_named_on_their_metadata() {
@@ -301,6 +302,17 @@ fn broken_checkpoints_are_named_on_their_metadata() {
         ("overlap", "[Coverage]", "overlap"),
         ("transformed", "[Transformed]", "transform_descriptors"),
         ("absurd", "[TooLarge]", "[1099511627776, 1099511627776]"),
+        (
+            "retyped",
+            "[ChunkArchive]",
+            "a tensor of F32 [51, 16] where the metadata says I32",
+        ),
+        (
+            "hole",
+            "[Coverage]",
+            "no chunk holds its elements at [51, 0]",
+        ),
+        ("outside", "[Coverage]", "lies past its shape [90, 16]"),
     ] {
         let dir = m.path(name);
         let error = getxattr(&dir.join(".metadata"), "user.tensormount.error")

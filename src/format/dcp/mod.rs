@@ -222,7 +222,7 @@ impl Reading<'_> {
                             continue;
                         }
                     };
-                    let placed = self.chunks(key, elem.size, shape, chunks, &mut traps)?;
+                    let placed = self.chunks(key, (dtype, elem.size), shape, chunks, &mut traps)?;
                     if !traps.is_empty() {
                         continue;
                     }
@@ -258,12 +258,13 @@ impl Reading<'_> {
         })
     }
 
-    /// The chunks of tensor `key` (of `shape`, elements of `elem` bytes), their archives read and
-    /// checked against the metadata; a chunk whose archive is a trap is added to `traps`.
+    /// The chunks of tensor `key` (of `shape`, elements of dtype `dtype`, `elem` bytes each),
+    /// their archives read and checked against the metadata; a chunk whose archive is a trap is
+    /// added to `traps`.
     fn chunks(
         &self,
         key: &str,
-        elem: u64,
+        (dtype, elem): (super::Dtype, u64),
         shape: &[u64],
         chunks: &[Chunk],
         traps: &mut Vec<String>,
@@ -317,10 +318,11 @@ impl Reading<'_> {
                 )));
             };
             let shown: Vec<u64> = t.shape.iter().map(|&n| n as u64).collect();
-            if t.element_size() != elem || shown[..] != c.sizes[..] {
+            if t.dtype != dtype || t.element_size() != elem || shown[..] != c.sizes[..] {
                 return Err(bad(format!(
-                    "a tensor of {} {shown:?} where the metadata says {elem}-byte elements {:?}",
+                    "a tensor of {} {shown:?} where the metadata says {} {:?}",
                     t.dtype_name(),
+                    dtype.name(),
                     c.sizes
                 )));
             }
