@@ -209,7 +209,8 @@ impl Step<'_> {
         // the longest single job) starts first rather than after every header.
         unread.sort_by_key(|(_, parse)| *parse != Parse::Index);
         let remote = unread.iter().any(|(s, _)| s.remote);
-        parallel::map(&unread, remote, |(source, parse)| source.parse(*parse));
+        let dir = self.d.path;
+        parallel::map(&unread, remote, |(source, parse)| source.parse(*parse, dir));
     }
 
     /// What each file asks for: `NAME.tensors` for a valid unsharded file, a merged directory for
@@ -230,7 +231,7 @@ impl Step<'_> {
                     refuse(errors, name, format, self.being_written());
                     continue;
                 }
-                match source.describe(format) {
+                match source.describe_in(format, Some(self.d.path)) {
                     Ok(d) => {
                         if !d.notes.is_empty() && source.first_warning(Warning::Notes) {
                             d.notes.iter().for_each(|note| warn!("{note}"));

@@ -198,23 +198,31 @@ impl Source {
 
     /// Its tensors as a file of `format` (read on first call), or why it has none.
     pub fn describe(&self, format: Format) -> &Described {
+        self.describe_in(format, None)
+    }
+
+    /// [`Source::describe`], the data files its reader opens (if it is read now) looked for in
+    /// `dir`, the directory it is claimed in (which a file reached through links has several of),
+    /// else where it was found.
+    pub fn describe_in(&self, format: Format, dir: Option<&Path>) -> &Described {
         self.described[format.position()].get_or_init(|| {
             let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
             let file = self.file_for_read().map_err(unreadable)?;
+            let open = |name: &str| self.open_beside(dir, name);
             let description = format
-                .describe_opening(&file, &self.path, &|name| self.open_beside(name))
+                .describe_opening(&file, &self.path, &open)
                 .map_err(DescribeError::Invalid)?;
             Ok(Arc::new(description))
         })
     }
 
-    /// Opens the file `name` beside this one (where it was found, through links) for its reader:
+    /// Opens the file `name` beside this one (in `dir`, else where it was found) for its reader:
     /// only below SOURCE, links followed only while they stay there (`EXDEV` for one that
     /// leaves it); nothing where SOURCE is a single file.
-    fn open_beside(&self, name: &str) -> std::io::Result<File> {
+    fn open_beside(&self, dir: Option<&Path>, name: &str) -> std::io::Result<File> {
         let outside = || std::io::Error::from_raw_os_error(libc::EXDEV);
         let root = self.sources.root().ok_or_else(outside)?;
-        let dir = self.entry.parent().ok_or_else(outside)?;
+        let dir = dir.or(self.entry.parent()).ok_or_else(outside)?;
         let path = dir.join(name);
         let rel = path.strip_prefix(&root).map_err(|_| outside())?;
         match sys::open_beneath(&root, rel) {
@@ -267,11 +275,12 @@ impl Source {
         }
     }
 
-    /// Interprets it as `what` now, for later use, and counts the call to the source.
-    pub fn parse(&self, what: Parse) {
+    /// Interprets it as `what` now, for later use (claimed in the directory `dir`), and counts the
+    /// call to the source.
+    pub fn parse(&self, what: Parse, dir: &Path) {
         match what {
             Parse::Tensors(format) => {
-                let _ = self.describe(format);
+                let _ = self.describe_in(format, Some(dir));
             }
             Parse::Index => {
                 let _ = self.plan();

@@ -329,9 +329,10 @@ fn broken_checkpoints_are_named_on_their_metadata() {
     m.unmount().unwrap();
 }
 
-/// Data files are opened only below SOURCE: a `.distcp` that links to a file elsewhere in SOURCE
-/// (a blob store) is read through its link; one that links outside SOURCE is refused, named on
-/// `.metadata`, and never opened.
+/// Data files are opened only below SOURCE: a checkpoint whose `.metadata` and `.distcp` files
+/// all link to blobs elsewhere in SOURCE (as in a Hugging Face cache) is read through its links,
+/// its data files looked for beside the link; a `.distcp` that links outside SOURCE is refused,
+/// named on `.metadata`, and never opened.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn data_files_are_opened_only_below_source() {
@@ -353,14 +354,12 @@ fn data_files_are_opened_only_below_source() {
     }
     fs::create_dir_all(&outside).unwrap();
     fs::copy(benign.join("__0_0.distcp"), src.join("blobs/b1")).unwrap();
+    fs::copy(benign.join(".metadata"), src.join("blobs/m1")).unwrap();
     fs::copy(benign.join("__0_0.distcp"), outside.join("b1")).unwrap();
-    for (dir, target) in [
-        ("inside", Path::new("../blobs/b1").to_path_buf()),
-        ("escapes", outside.join("b1")),
-    ] {
-        fs::copy(benign.join(".metadata"), src.join(dir).join(".metadata")).unwrap();
-        std::os::unix::fs::symlink(&target, src.join(dir).join("__0_0.distcp")).unwrap();
-    }
+    std::os::unix::fs::symlink("../blobs/m1", src.join("inside/.metadata")).unwrap();
+    std::os::unix::fs::symlink("../blobs/b1", src.join("inside/__0_0.distcp")).unwrap();
+    fs::copy(benign.join(".metadata"), src.join("escapes/.metadata")).unwrap();
+    std::os::unix::fs::symlink(outside.join("b1"), src.join("escapes/__0_0.distcp")).unwrap();
     let m = mount_ok(&src, "");
     assert_eq!(
         fs::read(m.path("inside/checkpoint.tensors/model.w"))
