@@ -71,6 +71,12 @@ impl DcpError {
             cut_short: false,
         }
     }
+
+    /// The same error, what was found told by `f` (to name the item it was found in).
+    pub fn map_what(mut self, f: impl FnOnce(String) -> String) -> DcpError {
+        self.what = f(self.what);
+        self
+    }
 }
 
 impl fmt::Display for DcpError {

@@ -265,11 +265,24 @@ impl<'p> Walk<'p> {
         let state = self
             .dict(field("state_dict_metadata")?)
             .ok_or_else(|| not_metadata("state_dict_metadata is no dict"))?;
-        let mut items = Vec::with_capacity(state.len());
+        // A key set twice is one item, as a Python dict holds it: in its first place, of its
+        // last value.
+        let mut entries: Vec<(&str, Id)> = Vec::with_capacity(state.len());
+        let mut place: HashMap<&str, usize> = HashMap::with_capacity(state.len());
         for &(k, v) in state {
             let key = p
                 .str(k)
                 .ok_or_else(|| not_metadata("a key of state_dict_metadata that is no string"))?;
+            match place.get(key) {
+                Some(&i) => entries[i].1 = v,
+                None => {
+                    place.insert(key, entries.len());
+                    entries.push((key, v));
+                }
+            }
+        }
+        let mut items = Vec::with_capacity(entries.len());
+        for (key, v) in entries {
             let what = self
                 .item(key, v, &storage)
                 .map_err(|e| e.map_what(|w| format!("item `{key}`: {w}")))?;
@@ -461,12 +474,5 @@ impl Files {
         self.names.push(path.into());
         self.by_name.insert(path.to_string(), i);
         Ok(i)
-    }
-}
-
-impl DcpError {
-    fn map_what(mut self, f: impl FnOnce(String) -> String) -> DcpError {
-        self.what = f(self.what);
-        self
     }
 }

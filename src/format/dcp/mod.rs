@@ -204,7 +204,7 @@ impl Reading<'_> {
                     objects.push(Json::from(key));
                     let read = self.archive(*stored, &format!("object `{key}`"))?;
                     if let Some(why) = trap_in(&read) {
-                        traps.push(format!("object `{key}`: {}", calls(&why)));
+                        traps.push(format!("object `{key}`: {why}"));
                     }
                 }
                 What::Tensor {
@@ -298,7 +298,7 @@ impl Reading<'_> {
             let what = format!("the chunk at {:?} of tensor `{key}`", c.offsets);
             let read = self.archive(c.stored, &what)?;
             if let Some(why) = trap_in(&read) {
-                traps.push(format!("{what}: {}", calls(&why)));
+                traps.push(format!("{what}: {why}"));
                 continue;
             }
             let bad = |why: String| {
@@ -336,12 +336,6 @@ impl Reading<'_> {
         }
         Ok(placed)
     }
-}
-
-/// What a trap found in an archive calls, without the PyTorch reader's last words on its file.
-fn calls(why: &str) -> &str {
-    why.split_once("; nothing was run")
-        .map_or(why, |(calls, _)| calls)
 }
 
 /// Tensor `key`, consolidated from its placed chunks.

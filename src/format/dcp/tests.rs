@@ -282,3 +282,92 @@ fn the_model_is_the_model_group_or_the_top_level_outside_training_state() {
     assert_eq!(ema, ["a", "b.c"]);
     assert_eq!(model_keys(&ks, &Model::All).len(), 5);
 }
+
+/// A field of an object a test pickle builds: its name, and what writes its value.
+type Field<'a> = (&'a str, &'a dyn Fn(&mut Pickle));
+
+/// A pickle opcode stream, written by hand (protocol 2, `GLOBAL` by name).
+#[derive(Default)]
+struct Pickle(Vec<u8>);
+
+impl Pickle {
+    fn op(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
+    fn str(&mut self, s: &str) -> &mut Self {
+        self.op(b"X")
+            .op(&(s.len() as u32).to_le_bytes())
+            .op(s.as_bytes())
+    }
+
+    /// `module.class()` made by NEWOBJ, its fields (if any) given by BUILD of a dict.
+    fn object(&mut self, module: &str, class: &str, fields: &[Field<'_>]) -> &mut Self {
+        self.op(format!("c{module}\n{class}\n").as_bytes())
+            .op(b")\x81");
+        if !fields.is_empty() {
+            self.op(b"}(");
+            for (name, value) in fields {
+                self.str(name);
+                value(self);
+            }
+            self.op(b"ub");
+        }
+        self
+    }
+}
+
+#[test]
+fn a_key_set_twice_is_one_item_of_its_last_value_as_python_reads_it() {
+    const M: &str = "torch.distributed.checkpoint.metadata";
+    let bytes = |p: &mut Pickle| {
+        p.op(b"}(");
+        // `a` first as an int (no metadata at all), then as an object; `b` between.
+        p.str("a").op(b"K\x01");
+        p.str("b").object(M, "BytesStorageMetadata", &[]);
+        p.str("a").object(M, "BytesStorageMetadata", &[]);
+        p.op(b"u");
+    };
+    let storage = |p: &mut Pickle| {
+        p.op(b"}(");
+        for (fqn, offset) in [("a", 0u8), ("b", 7)] {
+            p.object(
+                M,
+                "MetadataIndex",
+                &[("fqn", &|p: &mut Pickle| {
+                    p.str(fqn);
+                })],
+            );
+            p.object(
+                "torch.distributed.checkpoint.filesystem",
+                "_StorageInfo",
+                &[
+                    ("relative_path", &|p: &mut Pickle| {
+                        p.str("__0_0.distcp");
+                    }),
+                    ("offset", &|p: &mut Pickle| {
+                        p.op(&[b'K', offset]);
+                    }),
+                    ("length", &|p: &mut Pickle| {
+                        p.op(b"K\x07");
+                    }),
+                ],
+            );
+        }
+        p.op(b"u");
+    };
+    let mut p = Pickle::default();
+    p.op(b"\x80\x02");
+    p.object(
+        M,
+        "Metadata",
+        &[("state_dict_metadata", &bytes), ("storage_data", &storage)],
+    );
+    p.op(b".");
+    let c = super::metadata::read(&p.0).unwrap();
+    let keys: Vec<&str> = c.items.iter().map(|i| &*i.key).collect();
+    assert_eq!(keys, ["a", "b"]);
+    assert!(matches!(c.items[0].what, super::metadata::What::Object(s) if s.offset == 0));
+    assert_eq!(&c.files[..], [Box::from("__0_0.distcp")]);
+}

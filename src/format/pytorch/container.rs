@@ -60,12 +60,12 @@ pub(super) fn trap_found(e: &FormatError) -> Option<&str> {
 /// The rule of a pickle that names a global that is not one `torch.save` writes for tensors.
 pub(super) const UNSAFE: Rule = Rule::UnsafePickle;
 
+/// What every refusal of a trap ends its account of the calls with.
+pub(super) const NOT_OFFERED: &str = "; nothing was run, the file is not offered as safetensors";
+
 /// Why a checkpoint whose pickles name `globals` (unsafe ones) is not offered as safetensors.
 pub(super) fn trap(globals: &[String]) -> String {
-    format!(
-        "the pickle calls {}; nothing was run, the file is not offered as safetensors",
-        globals.join(", ")
-    )
+    format!("the pickle calls {}{NOT_OFFERED}", globals.join(", "))
 }
 
 /// `e`, a refusal for another rule of a file whose pickles name the unsafe `globals`, as the
@@ -92,8 +92,7 @@ pub(super) fn pickle_error(path: &Path, part: &str, e: PickleError) -> FormatErr
             path,
             UNSAFE,
             format!(
-                "{part}: calls {} before it breaks a rule ({e}: {}); nothing was run, the file is \
-                 not offered as safetensors",
+                "{part}: calls {} before it breaks a rule ({e}: {}){NOT_OFFERED}",
                 e.unsafe_globals.join(", "),
                 Rule::Pickle(e.rule)
             ),

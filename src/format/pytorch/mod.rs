@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
-use container::{Container, Span, UNSAFE, checkpoint, load_at, trap, trap_found};
+use container::{Container, NOT_OFFERED, Span, UNSAFE, checkpoint, load_at, trap, trap_found};
 pub use rule::Rule;
 use torch::{Found, MAX_NOTES};
 use zip_directory::Archive;
@@ -82,15 +82,17 @@ pub(crate) fn describe_archive(
 }
 
 /// What a reading of a checkpoint says it calls, if it is a trap (nothing was run): refused for
-/// it, or read and not offered for it.
+/// it, or read and not offered for it; without the words on the file's conversion (for a reader
+/// that reads the checkpoint as part of its own file).
 pub(crate) fn trap_in(read: &Result<Description, FormatError>) -> Option<String> {
-    match read {
+    let why = match read {
         Ok(d) => match &d.conversion {
-            Some(Err(NotOffered::Trap(why))) => Some(why.clone()),
-            _ => None,
+            Some(Err(NotOffered::Trap(why))) => why.as_str(),
+            _ => return None,
         },
-        Err(e) => trap_found(e).map(str::to_string),
-    }
+        Err(e) => trap_found(e)?,
+    };
+    Some(why.replace(NOT_OFFERED, ""))
 }
 
 /// A file that is pickles rather than a `torch.save` archive: `torch.load` unpickles a file that is
