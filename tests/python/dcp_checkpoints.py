@@ -13,9 +13,11 @@ Run with the venv python.
       flat    1 rank, torchtitan's layout: the model at the top level beside `optimizer`,
               `lr_scheduler`, `train_state`
   dcp_checkpoints.py oracle DIR
-      prints JSON {key: {"dtype", "shape", "sha256"}} for every tensor of dcp_to_torch_save's
-      consolidation of DIR (nested keys joined with "."), and {"objects": [key...]} for the
-      rest. Unpickles every item: only for checkpoints the tests wrote.
+      prints JSON {"tensors": {key: {"dtype", "shape", "sha256"}}} for every tensor of
+      dcp_to_torch_save's consolidation of DIR (nested keys joined with "."), "objects": the keys
+      of the rest, and "metadata_objects": the keys torch's .metadata says are not tensors
+      (BytesStorageMetadata), in its order. Unpickles every item: only for checkpoints the tests
+      wrote.
   dcp_checkpoints.py safetensors DIR PREFIX OUT
       writes safetensors.torch.save_file(tensors, metadata={"format": "pt"}) of the consolidated
       tensors whose keys start with PREFIX (PREFIX removed); PREFIX "top" takes every tensor
@@ -362,7 +364,15 @@ def main():
         tensors, objects = consolidated(directory)
         out = {k: {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
                    "sha256": hashlib.sha256(raw(t)).hexdigest()} for k, t in tensors.items()}
-        print(json.dumps({"tensors": out, "objects": objects}))
+        import pickle
+
+        from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+        with open(os.path.join(directory, ".metadata"), "rb") as f:
+            meta = pickle.load(f)
+        listed = [k for k, v in meta.state_dict_metadata.items()
+                  if isinstance(v, BytesStorageMetadata)]
+        print(json.dumps({"tensors": out, "objects": objects, "metadata_objects": listed}))
     elif cmd == "safetensors":
         from safetensors.torch import save_file
 
