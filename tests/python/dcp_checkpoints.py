@@ -41,6 +41,12 @@ Run with the venv python.
       SHARDING fsdp2 or 2x2.
   dcp_checkpoints.py chunks DIR COUNT
       a 1-rank checkpoint of COUNT small tensors (COUNT chunks).
+  dcp_checkpoints.py huge DIR
+      a 2-rank checkpoint whose rank-0 file passes 4 GiB: `model.huge`, a uint8 tensor of
+      4 GiB + 64 KiB that only rank 0 holds (one chunk, an archive that needs zip64), written
+      before rank 0's chunk of `model.rows` (Shard(0) over both ranks), which so lies past 4 GiB
+      in its file; then prints JSON {key: sha256} of each tensor as torch's own DCP reader
+      (dcp.load into full tensors, no second copy on disk) reads it back.
 """
 
 import hashlib
@@ -212,6 +218,41 @@ def big(rank, ranks, out, mib, sharding):
 def chunks(rank, ranks, out, count):
     model = {f"t.{i}": torch.full((4,), float(i)) for i in range(count)}
     dcp.save({"model": model}, checkpoint_id=out)
+
+
+HUGE = (1 << 32) + (1 << 16)
+
+
+def huge(rank, ranks, out):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+
+    mesh = init_device_mesh("cpu", (ranks,))
+    model = {}
+    if rank == 0:
+        # Every 4 bytes their own index: a misplaced stretch does not read back the same. First,
+        # as a rank writes its items in the state dict's order.
+        model["huge"] = torch.arange(HUGE // 4, dtype=torch.int32).view(torch.uint8)
+    model["rows"] = distribute_tensor(filled((10, 3), torch.float32, 41), mesh, [Shard(0)])
+    dcp.save({"model": model}, checkpoint_id=out)
+
+
+def huge_digests(directory):
+    """Each tensor of the `huge` checkpoint as torch's DCP reader loads it, by sha256, once torch's
+    own reading of .metadata shows the layout the test needs."""
+    import pickle
+
+    with open(os.path.join(directory, ".metadata"), "rb") as f:
+        places = {(i.fqn, s.relative_path): s for i, s in pickle.load(f).storage_data.items()}
+    past = places[("model.rows", "__0_0.distcp")].offset
+    assert past > 1 << 32 and places[("model.huge", "__0_0.distcp")].length > 1 << 32, places
+    with open(os.path.join(directory, "__0_0.distcp"), "rb") as f:
+        f.seek(past - 200)
+        assert b"PK\x06\x06" in f.read(200), "no zip64 end record before the second chunk"
+    state = {"model": {"rows": torch.empty((10, 3)), "huge": torch.empty(HUGE, dtype=torch.uint8)}}
+    dcp.load(state, checkpoint_id=directory, no_dist=True)
+    return {f"model.{k}": hashlib.sha256(t.contiguous().view(torch.uint8).numpy()).hexdigest()
+            for k, t in state["model"].items()}
 
 
 class Canary:
@@ -396,6 +437,9 @@ def main():
     elif cmd == "big":
         mib, ranks, sharding = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         run(ranks, big, directory, mib, sharding)
+    elif cmd == "huge":
+        run(2, huge, directory)
+        print(json.dumps(huge_digests(directory)))
     elif cmd == "chunks":
         run(1, chunks, directory, int(sys.argv[3]))
     else:

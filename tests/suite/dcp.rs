@@ -382,3 +382,47 @@ fn data_files_are_opened_only_below_source() {
     assert!(!m.path("escapes/checkpoint.tensors").exists());
     m.unmount().unwrap();
 }
+
+/// A checkpoint past 4 GiB, as large models' ranks write them: rank 0's file holds a tensor of
+/// 4 GiB + 64 KiB (one chunk, an archive that needs zip64) before its chunk of a sharded tensor,
+/// which so starts past 4 GiB. Each reads back as torch's own DCP reader loads it, the big one a
+/// stretch of its file at its place; the virtual model.safetensors (over 4 GiB) reads back the
+/// same through the official safetensors.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn a_checkpoint_past_4_gib_reads_back_as_torch_loads_it() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-huge");
+    let src = tmp.join("src");
+    let run = src.join("run");
+    let digests = json(&python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["huge", s(&run)],
+    ));
+    let rank0 = run.join("__0_0.distcp");
+    assert!(fs::metadata(&rank0).unwrap().len() > 1 << 32);
+    let m = mount_ok(&src, "");
+    let dir = m.path("run/checkpoint.tensors");
+    let digests = digests.as_object().unwrap();
+    assert_eq!(digests.len(), 2);
+    for (key, digest) in digests {
+        assert_eq!(sha256sum(&dir.join(key)), digest.as_str().unwrap(), "{key}");
+    }
+    // The big tensor is one stretch of rank 0's file, named with its place.
+    let huge = dir.join("model.huge");
+    assert_eq!(
+        getxattr(&huge, "user.safetensors.source").map(std::path::PathBuf::from),
+        Some(rank0)
+    );
+    assert!(getxattr(&huge, "user.safetensors.offset").is_some());
+    let virt = m.path("run/model.safetensors");
+    assert!(fs::metadata(&virt).unwrap().len() > 1 << 32);
+    let read = json(&python_script(&py, "oracle.py", &["load-all", s(&virt)]));
+    for (key, digest) in digests {
+        let name = key.strip_prefix("model.").unwrap();
+        assert_eq!(read[name][2], *digest, "model.safetensors: {name}");
+    }
+}
