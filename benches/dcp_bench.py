@@ -13,8 +13,15 @@ prints one JSON line per row:
              runs today, which writes a second copy)
   read       a full read of the virtual model.safetensors (1 MiB reads), warm and cold (page
              cache dropped), against reading the .distcp files the same way
+  placement  (FSDP2, 2+ CPUs) the warm read again with the reader and every daemon thread pinned
+             to one CPU, then to two different CPUs, each against the .distcp files read on
+             the reader's CPU: what a FUSE round trip costs when the kernel hands each request
+             to a thread on the same CPU or wakes one on another
   rss        the daemon's resident memory after the full read, and after mounting the
              10,000-chunk checkpoint (with its mount time)
+
+Timed rows give every run's figure (a list, after one warm-up run), so that the report shows
+their median and spread.
 """
 
 import json
@@ -29,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BIN = os.environ.get("TENSORMOUNT_BIN", os.path.join(ROOT, "target/release/tensormount"))
 WRITER = os.path.join(ROOT, "tests/python/dcp_checkpoints.py")
+EVERY_CPU = os.sched_getaffinity(0)
 
 
 def sh(*args, **kw):
@@ -52,10 +60,13 @@ def unmount(mnt):
     sh("fusermount3", "-u", mnt)
 
 
-def daemon_rss(src):
+def daemon_pid(src):
     out = subprocess.run(["pgrep", "-f", f"{BIN} {src}"], capture_output=True, text=True).stdout
-    pid = int(out.split()[0])
-    with open(f"/proc/{pid}/status") as f:
+    return int(out.split()[0])
+
+
+def daemon_rss(src):
+    with open(f"/proc/{daemon_pid(src)}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
@@ -83,9 +94,18 @@ def loadable(path):
             f.get_slice(k).get_shape()
 
 
-def median(f, runs):
+def samples(f, runs):
     f()
-    return statistics.median(f() for _ in range(runs))
+    return [f() for _ in range(runs)]
+
+
+def pin(pid, reader_cpu, daemon_cpu):
+    """The reader (this process) on `reader_cpu`, every thread of the daemon `pid` on
+    `daemon_cpu`; with None, each back on every CPU."""
+    every = EVERY_CPU
+    os.sched_setaffinity(0, every if reader_cpu is None else {reader_cpu})
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), every if daemon_cpu is None else {daemon_cpu})
 
 
 def main():
@@ -131,18 +151,32 @@ def main():
                 took = time.perf_counter() - start
             return took
 
-        t_ready = median(ready, runs)
-        t_base = median(baseline, 1)
+        t_ready = samples(ready, runs)
+        t_base = samples(baseline, 1)
         print(json.dumps({"row": "ready", "sharding": sharding, "bytes": size,
-                          "tensormount_s": round(t_ready, 4), "baseline_s": round(t_base, 3),
-                          "speedup": round(t_base / t_ready, 1)}), flush=True)
+                          "tensormount_s": t_ready, "baseline_s": t_base,
+                          "speedup": round(statistics.median(t_base) / statistics.median(t_ready), 1)}),
+              flush=True)
 
         distcp = sorted(os.path.join(ckpt, f) for f in os.listdir(ckpt) if f.endswith(".distcp"))
         mount(src, mnt)
         virt = os.path.join(mnt, "step-1/model.safetensors")
-        warm_m = median(lambda: read_all([virt])[0], runs)
-        warm_b = median(lambda: read_all(distcp)[0], runs)
+        gb = size / 1e9
+
+        def gbps(paths):
+            return lambda: gb / read_all(paths)[0]
+
+        warm_m = samples(gbps([virt]), runs)
+        warm_b = samples(gbps(distcp), runs)
         rss = daemon_rss(src)
+        if sharding == "fsdp2" and len(os.sched_getaffinity(0)) > 1:
+            placed = {}
+            for where, daemon_cpu in [("same_cpu", 0), ("other_cpu", 1)]:
+                pin(daemon_pid(src), 0, daemon_cpu)
+                placed[where] = {"GBps": samples(gbps([virt]), runs),
+                                 "baseline_GBps": samples(gbps(distcp), runs)}
+            pin(daemon_pid(src), None, None)
+            print(json.dumps({"row": "placement", "sharding": sharding, **placed}), flush=True)
         unmount(mnt)
 
         def cold(paths, mounted):
@@ -154,14 +188,11 @@ def main():
                 unmount(mnt)
             return took
 
-        cold_m = statistics.median(cold([virt], True) for _ in range(runs))
-        cold_b = statistics.median(cold(distcp, False) for _ in range(runs))
-        gb = size / 1e9
+        cold_m = [gb / cold([virt], True) for _ in range(runs)]
+        cold_b = [gb / cold(distcp, False) for _ in range(runs)]
         print(json.dumps({"row": "read", "sharding": sharding,
-                          "warm_GBps": round(gb / warm_m, 2), "warm_baseline_GBps": round(gb / warm_b, 2),
-                          "warm_ratio": round(warm_b / warm_m, 2),
-                          "cold_GBps": round(gb / cold_m, 2), "cold_baseline_GBps": round(gb / cold_b, 2),
-                          "cold_ratio": round(cold_b / cold_m, 2)}), flush=True)
+                          "warm_GBps": warm_m, "warm_baseline_GBps": warm_b,
+                          "cold_GBps": cold_m, "cold_baseline_GBps": cold_b}), flush=True)
         print(json.dumps({"row": "rss", "sharding": sharding, "after_full_read_MiB": round(rss / 2**20, 1)}),
               flush=True)
 
@@ -170,12 +201,12 @@ def main():
         os.listdir(os.path.join(mnt, "c/checkpoint.tensors"))
         return time.perf_counter() - start
 
-    t = median(lambda: (chunked(), unmount(mnt))[0], runs)
+    t = samples(lambda: (chunked(), unmount(mnt))[0], runs)
     mount(chunks, mnt)
     os.listdir(os.path.join(mnt, "c/checkpoint.tensors"))
     rss = daemon_rss(chunks)
     unmount(mnt)
-    print(json.dumps({"row": "rss", "checkpoint": "10000 chunks", "mount_and_list_s": round(t, 3),
+    print(json.dumps({"row": "rss", "checkpoint": "10000 chunks", "mount_and_list_s": t,
                       "after_mount_MiB": round(rss / 2**20, 1)}), flush=True)
 
 

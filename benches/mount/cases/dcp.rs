@@ -3,7 +3,9 @@
 //! them with the tests' writer and times each row and its baseline in the same run): mount until
 //! `model.safetensors` is loadable against `dcp_to_torch_save` + `torch.load` + `save_file`; a
 //! full read of the virtual file, warm and cold, against a read of the `.distcp` files; the
-//! daemon's RSS after that read and after mounting the 10,000-chunk checkpoint.
+//! daemon's RSS after that read and after mounting the 10,000-chunk checkpoint; and the warm read
+//! again with the reader and the daemon pinned to one CPU, then to two (what the FUSE round
+//! trip's wake-ups cost, which bounds the warm ratio).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -46,7 +48,11 @@ impl Bench {
             }
             Err(e) => return failed(rows, e.to_string()),
         };
-        let one = |v: &Value| v.as_f64().map_or(Cell::None, |x| Cell::Vals(vec![x]));
+        // Every run's figure, or one.
+        let one = |v: &Value| match v {
+            Value::Array(runs) => Cell::Vals(runs.iter().filter_map(Value::as_f64).collect()),
+            v => v.as_f64().map_or(Cell::None, |x| Cell::Vals(vec![x])),
+        };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let Ok(r) = serde_json::from_str::<Value>(line) else {
                 continue;
@@ -73,6 +79,23 @@ impl Bench {
                             tm: one(&r[tm]),
                             base: one(&r[base]),
                             base_what: "the .distcp files read the same way",
+                        });
+                    }
+                }
+                Some("placement") => {
+                    for (where_, what) in [
+                        ("same_cpu", "reader and daemon on one CPU"),
+                        ("other_cpu", "reader and daemon on two CPUs"),
+                    ] {
+                        rows.push(Row {
+                            id: "16",
+                            case: format!(
+                                "dcp: read of model.safetensors, warm, {sharding}, {what}"
+                            ),
+                            unit: Unit::GBps,
+                            tm: one(&r[where_]["GBps"]),
+                            base: one(&r[where_]["baseline_GBps"]),
+                            base_what: "the .distcp files read on the reader's CPU",
                         });
                     }
                 }
