@@ -37,6 +37,9 @@ pub struct WeightFile {
     pub format: Option<Format>,
     /// For a data file: the tensors whose bytes it holds (placed from its start), by name.
     pub holds: Vec<Arc<Tensor>>,
+    /// The tensors it describes that are computed on read from its data files (a DCP
+    /// checkpoint's sharded tensors, gathered from several), by name, with those data files.
+    pub gathered: Vec<(Arc<Tensor>, Arc<[Arc<Source>]>)>,
 }
 
 impl Model {
@@ -93,6 +96,7 @@ impl Model {
                 source: source.clone(),
                 format: Some(single_file_format(source)),
                 holds: Vec::new(),
+                gathered: Vec::new(),
             };
             return (vec![file], Vec::new());
         }
@@ -107,20 +111,28 @@ impl Model {
                 _ => None,
             })
             .collect();
-        // The data files tensors are served from, with those tensors.
+        // The data files tensors are served from, with those tensors; and the files whose
+        // tensors are gathered from their data files, with those.
         let mut held: HashMap<&Path, BTreeMap<&str, Arc<Tensor>>> = HashMap::new();
+        type Gathered = (Arc<Tensor>, Arc<[Arc<Source>]>);
+        let mut gathered: HashMap<&Path, BTreeMap<&str, Gathered>> = HashMap::new();
         for (_, _, node) in &all {
-            if let Content::Tensor {
+            let Content::Tensor {
                 source,
                 tensor,
                 data,
                 ..
             } = &node.content
-                && tensor.file.is_some()
-            {
+            else {
+                continue;
+            };
+            if tensor.file.is_some() {
                 let d = lies_in(tensor, source, data);
                 let holds = held.entry(d.path.as_path()).or_default();
                 holds.insert(&tensor.name, tensor.clone());
+            } else if tensor.computed.is_some() && !data.is_empty() {
+                let from = gathered.entry(source.path.as_path()).or_default();
+                from.insert(&tensor.name, (tensor.clone(), data.clone()));
             }
         }
         // A store's blobs, shown again by name in a generated directory, are verified once, at
@@ -177,6 +189,11 @@ impl Model {
                     holds: holds
                         .into_iter()
                         .flat_map(|h| h.values().cloned())
+                        .collect(),
+                    gathered: gathered
+                        .remove(source.path.as_path())
+                        .into_iter()
+                        .flat_map(BTreeMap::into_values)
                         .collect(),
                 });
             }

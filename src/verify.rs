@@ -302,8 +302,9 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 /// One file's digest, and (if asked) its tensors' (those whose bytes it holds, a data file's
-/// included): those stored as one stretch on the same pass, the others (views of a pickle
-/// checkpoint) gathered after.
+/// included, and those it describes as gathered from its data files): those stored as one stretch
+/// on the same pass, the others (views of a pickle checkpoint, a DCP checkpoint's sharded
+/// tensors) gathered after.
 fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result<Hashed, String> {
     let source = &file.source;
     // Looked up here, on the hashing threads: on a network filesystem each lookup waits.
@@ -313,8 +314,8 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
         (false, _) => (0, None),
         (true, None) => (0, Some(file.holds.iter().collect())),
         (true, Some(f)) => match source.describe(f) {
-            // Those in its data files are theirs; those gathered from several data files (a DCP
-            // checkpoint's sharded tensors) are no one file's.
+            // Those in its data files are theirs; those computed from its data files are in
+            // `file.gathered`, with the data files.
             Ok(d) => (
                 d.data_start,
                 Some(
@@ -343,9 +344,11 @@ fn hash_file(file: &WeightFile, want_tensors: bool, bar: &ProgressBar) -> Result
                 .zip(digests)
                 .map(|(t, digest)| (t.name.to_string(), digest))
                 .collect();
-            for t in gathered {
+            let none: Arc<[Arc<Source>]> = Arc::from([]);
+            let from_data = file.gathered.iter().map(|(t, data)| (t, data));
+            for (t, data) in gathered.into_iter().map(|t| (t, &none)).chain(from_data) {
                 let mut h = Hasher::default();
-                tensor_bytes(source, t, &Arc::from([]), |b| {
+                tensor_bytes(source, t, data, |b| {
                     h.update(b);
                     true
                 })

@@ -7,6 +7,7 @@
 
 use crate::common::*;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -150,6 +151,33 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
             .unwrap()
     );
     m.unmount().unwrap();
+
+    // verify --write-manifest: every tensor once, with torch's digest; a sharded one under
+    // .metadata (gathered from the data files), one held in one chunk under its .distcp.
+    let manifest = tmp.join("manifest.json");
+    let out = run(&[
+        "verify",
+        "--write-manifest",
+        s(&manifest),
+        s(&src.join("mesh")),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = json(&fs::read_to_string(&manifest).unwrap());
+    let mut digests = BTreeMap::new();
+    for (file, f) in written["files"].as_object().unwrap() {
+        for (name, sha) in f["tensors"].as_object().unwrap() {
+            let again = digests.insert(name.clone(), sha.clone());
+            assert_eq!(again, None, "{name} twice ({file})");
+        }
+    }
+    let want: BTreeMap<String, Value> = mesh["tensors"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, t)| (k.clone(), t["sha256"].clone()))
+        .collect();
+    assert_eq!(digests, want, "the manifest's tensors");
+    assert!(written["files"][".metadata"]["tensors"]["model.grid.weight"].is_string());
 
     // -o dcp_model=: every tensor, or another group (its prefix removed).
     for (option, prefix) in [("all", "all"), ("optim", "optim.")] {

@@ -5,7 +5,7 @@
 //! full read of the virtual file, warm and cold, against a read of the `.distcp` files; the
 //! daemon's RSS after that read and after mounting the 10,000-chunk checkpoint; and the warm read
 //! again with the reader and the daemon pinned to one CPU, then to two (what the FUSE round
-//! trip's wake-ups cost, which bounds the warm ratio).
+//! trip's wake-ups cost, which bounds the warm ratio), and under `-o kernel_cache`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -99,6 +99,16 @@ impl Bench {
                         });
                     }
                 }
+                Some("kernel_cache") => rows.push(Row {
+                    id: "16",
+                    case: format!(
+                        "dcp: read of model.safetensors, warm, {sharding}, -o kernel_cache"
+                    ),
+                    unit: Unit::GBps,
+                    tm: one(&r["GBps"]),
+                    base: one(&r["baseline_GBps"]),
+                    base_what: "the .distcp files read the same way",
+                }),
                 Some("rss") if sharding.is_empty() => {
                     rows.push(Row {
                         id: "16",
