@@ -39,8 +39,11 @@ pub struct WeightFile {
     pub holds: Vec<Arc<Tensor>>,
     /// The tensors it describes that are computed on read from its data files (a DCP
     /// checkpoint's sharded tensors, gathered from several), by name, with those data files.
-    pub gathered: Vec<(Arc<Tensor>, Arc<[Arc<Source>]>)>,
+    pub gathered: Vec<Gathered>,
 }
+
+/// A tensor computed on read from the data files of its description, with those data files.
+pub type Gathered = (Arc<Tensor>, Arc<[Arc<Source>]>);
 
 impl Model {
     /// Reads SOURCE (a file or a directory): every header and index, none of the tensors' bytes.
@@ -114,7 +117,6 @@ impl Model {
         // The data files tensors are served from, with those tensors; and the files whose
         // tensors are gathered from their data files, with those.
         let mut held: HashMap<&Path, BTreeMap<&str, Arc<Tensor>>> = HashMap::new();
-        type Gathered = (Arc<Tensor>, Arc<[Arc<Source>]>);
         let mut gathered: HashMap<&Path, BTreeMap<&str, Gathered>> = HashMap::new();
         for (_, _, node) in &all {
             let Content::Tensor {
