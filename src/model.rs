@@ -89,7 +89,8 @@ impl Model {
     }
 
     /// The weight files: SOURCE itself if it is a file, else each mirrored file whose name says
-    /// a weight format or that holds tensors of another (a model's data file), and each link kept
+    /// a weight format or whose bytes another's tensors use (a model's data file, a DCP
+    /// checkpoint's `.distcp`), and each link kept
     /// as a link (a Hugging Face snapshot's, to its blob) whose name does, in path order; and
     /// those that could not be opened, with why.
     pub fn weight_files(&self) -> (Vec<WeightFile>, Vec<(String, String)>) {
@@ -135,6 +136,10 @@ impl Model {
             } else if tensor.computed.is_some() && !data.is_empty() {
                 let from = gathered.entry(source.path.as_path()).or_default();
                 from.insert(&tensor.name, (tensor.clone(), data.clone()));
+                // Its data files hold weights, whether or not a whole tensor of them.
+                for d in data.iter() {
+                    held.entry(d.path.as_path()).or_default();
+                }
             }
         }
         // A store's blobs, shown again by name in a generated directory, are verified once, at

@@ -178,6 +178,16 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
         .collect();
     assert_eq!(digests, want, "the manifest's tensors");
     assert!(written["files"][".metadata"]["tensors"]["model.grid.weight"].is_string());
+    // Every data file is a weight file, hashed whole.
+    for rank in 0..4 {
+        let name = format!("__{rank}_0.distcp");
+        let file = &written["files"][&name];
+        assert_eq!(
+            file["sha256"].as_str(),
+            Some(&*sha256sum(&src.join("mesh").join(&name))),
+            "{name}: {file}"
+        );
+    }
 
     // -o dcp_model=: every tensor, or another group (its prefix removed).
     for (option, prefix) in [("all", "all"), ("optim", "optim.")] {
