@@ -94,6 +94,57 @@ pub fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> bool {
     usize::try_from(n).is_ok_and(|n| n == buf.len())
 }
 
+/// Fills `bufs`, one after the other, with the bytes of `file` from `offset` (`preadv2`, at most
+/// [`IOV_MAX`] buffers a call): `read_exact_at` for several buffers, so that bytes that lie
+/// together in the file go straight to where they belong apart. With `cached`, only from the page
+/// cache (`RWF_NOWAIT`): `WouldBlock` where any byte is not there (or the kernel cannot say).
+pub fn read_exact_vectored_at(
+    file: &File,
+    mut bufs: &mut [io::IoSliceMut<'_>],
+    offset: u64,
+    cached: bool,
+) -> io::Result<()> {
+    let mut at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = if cached { libc::RWF_NOWAIT } else { 0 };
+    io::IoSliceMut::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let count = bufs.len().min(IOV_MAX);
+        let want: usize = bufs[..count].iter().map(|b| b.len()).sum();
+        // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std guarantees it); the
+        // first `count` of `bufs` describe writable memory that outlives the call, and the kernel
+        // writes at most their lengths into them. The descriptor is open for reading.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                bufs.as_ptr().cast::<libc::iovec>(),
+                count as libc::c_int,
+                at,
+                flags,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(n) if cached && n < want => return Err(io::ErrorKind::WouldBlock.into()),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                at = at.saturating_add(n as i64);
+                io::IoSliceMut::advance_slices(&mut bufs, n);
+            }
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => {}
+                    _ if cached => return Err(io::ErrorKind::WouldBlock.into()),
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Most buffers one `preadv` takes on Linux.
+const IOV_MAX: usize = 1024;
+
 /// Starts reading `len` bytes of `file` at `start` into the page cache (`POSIX_FADV_WILLNEED`); a
 /// hint, whose failure changes nothing.
 pub fn will_need(file: &File, start: u64, len: u64) {
@@ -459,4 +510,49 @@ pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<File> {
     }
     // SAFETY: `fd` is a descriptor the call just opened, owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fd as RawFd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{ErrorKind, IoSliceMut};
+
+    use super::read_exact_vectored_at;
+    use crate::testing::TempDir;
+
+    /// Buffers filled one after the other from the offset, in one call or (past `IOV_MAX`
+    /// buffers) several; past the end an error, never a short fill; from the page cache alone
+    /// where the bytes are there.
+    #[test]
+    fn a_vectored_read_fills_each_buffer_in_turn() {
+        let tmp = TempDir::new("vectored");
+        let path = tmp.join("f");
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        for cached in [false, true] {
+            let (mut a, mut b, mut c) = (vec![0; 3], vec![0; 0], vec![0; 700]);
+            let mut bufs = [
+                IoSliceMut::new(&mut a),
+                IoSliceMut::new(&mut b),
+                IoSliceMut::new(&mut c),
+            ];
+            read_exact_vectored_at(&file, &mut bufs, 5, cached).unwrap();
+            assert_eq!(a, bytes[5..8]);
+            assert_eq!(c, bytes[8..708]);
+            // 1500 buffers of one byte: more than one preadv takes.
+            let mut ones = vec![0u8; 1500];
+            let mut bufs: Vec<IoSliceMut> = ones.chunks_mut(1).map(IoSliceMut::new).collect();
+            read_exact_vectored_at(&file, &mut bufs, 3000, cached).unwrap();
+            assert_eq!(ones, bytes[3000..4500]);
+            let mut past = vec![0u8; 10];
+            let e = read_exact_vectored_at(&file, &mut [IoSliceMut::new(&mut past)], 4995, cached)
+                .unwrap_err();
+            let want = if cached {
+                ErrorKind::WouldBlock
+            } else {
+                ErrorKind::UnexpectedEof
+            };
+            assert_eq!(e.kind(), want);
+        }
+    }
 }

@@ -8,12 +8,13 @@
 #![no_main]
 
 use std::fs;
+use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::format;
+use tensormount::format::{self, MAX_SLICES};
 
 /// A directory with the test checkpoint's data files (its `.metadata` is the input).
 fn dir() -> &'static PathBuf {
@@ -53,11 +54,18 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Some(c) = &t.computed {
             let mut out = vec![0; t.size().min(1 << 20) as usize];
-            let mut read = |file: Option<u32>, buf: &mut [u8], at: u64| {
+            let mut read = |file: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
                 let f = &files[file.expect("a gathered tensor reads data files") as usize];
                 let len = f.metadata().unwrap().len();
-                assert!(at + buf.len() as u64 <= len, "{}: a read past its file", t.name);
-                f.read_exact_at(buf, at)
+                let want: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+                assert!(at + want <= len, "{}: a read past its file", t.name);
+                assert!(bufs.len() <= MAX_SLICES, "{}: too many buffers", t.name);
+                let mut at = at;
+                for buf in bufs {
+                    f.read_exact_at(buf, at)?;
+                    at += buf.len() as u64;
+                }
+                Ok(())
             };
             c.read(&mut read, 0, &mut out).unwrap();
         }

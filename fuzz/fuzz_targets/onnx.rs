@@ -10,6 +10,7 @@
 mod common;
 
 use std::fs::File;
+use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -47,9 +48,15 @@ fuzz_target!(|data: &[u8]| {
         match (&t.computed, t.file) {
             (Some(c), None) => {
                 let size = t.size() as usize;
-                let mut read = |_: Option<u32>, buf: &mut [u8], at: u64| {
-                    assert!(at + buf.len() as u64 <= len, "{t:?} reads past the file");
-                    file.read_exact_at(buf, at)
+                let mut read = |_: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
+                    let want: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+                    assert!(at + want <= len, "{t:?} reads past the file");
+                    let mut at = at;
+                    for buf in bufs {
+                        file.read_exact_at(buf, at)?;
+                        at += buf.len() as u64;
+                    }
+                    Ok(())
                 };
                 let mut whole = vec![0u8; size.min(1 << 20)];
                 if c.read(&mut read, 0, &mut whole).is_ok() {

@@ -2,6 +2,7 @@
 //! and its metadata. The one shape every format's reader produces, and all the namespace lays out.
 
 use std::collections::BTreeMap;
+use std::io::IoSliceMut;
 use std::sync::Arc;
 
 use serde_json::Value as Json;
@@ -142,9 +143,14 @@ pub struct Tensor {
     pub file: Option<u32>,
 }
 
-/// How a computed tensor reads what it needs: `read(file, buf, at)` fills `buf` from byte `at`
-/// of the described file (`None`) or of its data file `file` (see [`Computed::read`]).
-pub type ReadAt<'a> = dyn FnMut(Option<u32>, &mut [u8], u64) -> std::io::Result<()> + 'a;
+/// How a computed tensor reads what it needs: `read(file, bufs, at)` fills `bufs`, one after the
+/// other, with the bytes from byte `at` of the described file (`None`) or of its data file `file`
+/// (see [`Computed::read`]); a reader gives at most [`MAX_SLICES`] buffers a call.
+pub type ReadAt<'a> =
+    dyn FnMut(Option<u32>, &mut [IoSliceMut<'_>], u64) -> std::io::Result<()> + 'a;
+
+/// Most buffers a [`ReadAt`] call is given (Linux's `IOV_MAX`: what one `preadv` takes).
+pub const MAX_SLICES: usize = 1024;
 
 /// How the bytes of a tensor are computed from what its file holds, on read (see
 /// [`Tensor::computed`]).

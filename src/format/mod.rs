@@ -36,7 +36,7 @@ pub mod widen;
 
 pub use converted::{Converted, Part};
 pub use description::{
-    Computed, Conversion, Description, NotOffered, OpenData, Seen, Split, Tensor,
+    Computed, Conversion, Description, MAX_SLICES, NotOffered, OpenData, Seen, Split, Tensor,
 };
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};

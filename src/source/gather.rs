@@ -20,6 +20,12 @@ pub enum Stored {
     Computed(Arc<Tensor>, Arc<[Arc<Source>]>),
 }
 
+impl Stored {
+    pub fn is_computed(&self) -> bool {
+        matches!(self, Stored::Computed(..))
+    }
+}
+
 /// Calls `run(at, len)` for each stretch of the source, in presented order, that holds stored
 /// bytes `[offset, offset + len)` of `tensor` (contiguous or strided), whose element 0 is at byte
 /// `start` of the source. Neighbouring stretches that touch are given as one.

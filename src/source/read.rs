@@ -20,6 +20,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -132,8 +133,11 @@ impl Reading<'_> {
         };
         let elsewhere = body.pieces.iter().any(|p| p.source.is_some());
         let gathered = elsewhere || one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
-        if gathered && wait == Wait::No {
-            // Gathering may take many reads of storage: always on the pool.
+        let computed =
+            !elsewhere && one.is_some_and(|p| p.widen.is_none() && p.stored.is_computed());
+        if gathered && wait == Wait::No && !computed {
+            // Gathering may take many reads of storage: always on the pool. A computed piece
+            // (a sharded tensor's chunks) is gathered here where the page cache holds every byte.
             return None;
         }
         let (slot, opened_now);
@@ -382,7 +386,7 @@ impl Read<'_> {
         match &piece.stored {
             Stored::Contiguous => return self.take(buf, piece.start + offset),
             Stored::Computed(tensor, data) => {
-                return Some(self.compute(buf, piece, tensor, data, offset));
+                return self.compute(buf, piece, tensor, data, offset);
             }
             Stored::Strided(_) => {}
         }
@@ -395,7 +399,8 @@ impl Read<'_> {
 
     /// Fills `buf` with the bytes of `tensor` (of `piece`) from `offset`, computed from what its
     /// source (and the data files `data` of its description) store, then checks that what was
-    /// read is each one's version.
+    /// read is each one's version. `None` where that would wait and may not: a data file not
+    /// open, a byte not in the page cache.
     fn compute(
         &self,
         buf: &mut [u8],
@@ -403,14 +408,16 @@ impl Read<'_> {
         tensor: &crate::format::Tensor,
         data: &[Arc<Source>],
         offset: u64,
-    ) -> Result<(), ReadError> {
+    ) -> Option<Result<(), ReadError>> {
         let (source, opened) = (self.source, self.opened);
         let Some(computed) = &tensor.computed else {
-            return Err(ReadError::io(
+            return Some(Err(ReadError::io(
                 &source.path,
                 "a tensor with nothing to compute",
-            ));
+            )));
         };
+        let cached = self.wait == Wait::No;
+        let mut waits = false;
         // Offsets the tensor's reader gives are relative to the description's data start.
         let base = piece.start.saturating_sub(tensor.begin);
         let mut high = 0;
@@ -418,44 +425,74 @@ impl Read<'_> {
         let mut others: Vec<Option<(Arc<Opened>, u64)>> = vec![None; data.len()];
         let mut failed: Option<ReadError> = None;
         let done = computed.read(
-            &mut |file: Option<u32>, b: &mut [u8], at: u64| {
-                let Some(k) = file else {
-                    let at = base.saturating_add(at);
-                    high = high.max(at.saturating_add(b.len() as u64));
-                    return opened.file().read_exact_at(b, at);
-                };
-                let (Some(other), Some(slot)) = (data.get(k as usize), others.get_mut(k as usize))
-                else {
-                    return Err(std::io::Error::other("a data file that is not open"));
-                };
-                if slot.is_none() {
-                    match other.opened() {
-                        Ok(o) => *slot = Some((o, 0)),
-                        Err(e) => {
-                            failed = Some(e);
-                            return Err(std::io::Error::other("a data file that cannot be opened"));
-                        }
+            &mut |file: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
+                let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+                let done = match file {
+                    None => {
+                        let at = base.saturating_add(at);
+                        high = high.max(at.saturating_add(len));
+                        sys::read_exact_vectored_at(opened.file(), bufs, at, cached)
                     }
-                }
-                let Some((o, reached)) = slot else {
-                    return Err(std::io::Error::other("a data file that is not open"));
+                    Some(k) => {
+                        let (Some(other), Some(slot)) =
+                            (data.get(k as usize), others.get_mut(k as usize))
+                        else {
+                            return Err(std::io::Error::other("a data file that is not open"));
+                        };
+                        if slot.is_none() {
+                            // Without waiting, only a data file open now.
+                            let now = match cached {
+                                true => other
+                                    .local_slot()
+                                    .and_then(|s| s.clone())
+                                    .ok_or(std::io::ErrorKind::WouldBlock.into()),
+                                false => other.opened().map_err(|e| {
+                                    failed = Some(e);
+                                    std::io::Error::other("a data file that cannot be opened")
+                                }),
+                            };
+                            match now {
+                                Ok(o) => *slot = Some((o, 0)),
+                                Err(e) => {
+                                    waits = e.kind() == std::io::ErrorKind::WouldBlock;
+                                    return Err(e);
+                                }
+                            }
+                        }
+                        let Some((o, reached)) = slot else {
+                            return Err(std::io::Error::other("a data file that is not open"));
+                        };
+                        *reached = (*reached).max(at.saturating_add(len));
+                        sys::read_exact_vectored_at(o.file(), bufs, at, cached)
+                    }
                 };
-                *reached = (*reached).max(at.saturating_add(b.len() as u64));
-                o.file().read_exact_at(b, at)
+                if cached
+                    && done
+                        .as_ref()
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+                {
+                    waits = true;
+                }
+                done
             },
             offset,
             buf,
         );
+        if waits {
+            return None;
+        }
         if let Some(e) = failed {
-            return Err(e);
+            return Some(Err(e));
         }
-        source.check(opened, 0, high)?;
-        for (other, slot) in data.iter().zip(&others) {
-            if let Some((o, reached)) = slot {
-                other.check(o, 0, *reached)?;
-            }
-        }
-        done.map_err(|e| source.read_failed(&e))
+        let checked = source.check(opened, 0, high).and_then(|()| {
+            data.iter()
+                .zip(&others)
+                .try_for_each(|(other, slot)| match slot {
+                    Some((o, reached)) => other.check(o, 0, *reached),
+                    None => Ok(()),
+                })
+        });
+        Some(checked.and_then(|()| done.map_err(|e| source.read_failed(&e))))
     }
 
     /// Fills `buf` with the bytes of `runs` (each where it lies in the source, and its length),

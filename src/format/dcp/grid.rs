@@ -6,9 +6,9 @@
 //! chunk when the chunks cover the tensor once (a grid of `r × c` chunks has `r × c` cells). The
 //! cells are what the check marks, and what a read looks its chunk up in.
 
-use std::io;
+use std::io::{self, IoSliceMut};
 
-use crate::format::description::{Computed, ReadAt};
+use crate::format::description::{Computed, MAX_SLICES, ReadAt};
 
 /// Most cells a tensor's chunks may cut it into, per chunk (a grid has one a chunk; chunks that
 /// are not a grid have more).
@@ -16,14 +16,15 @@ const CELLS_PER_CHUNK: usize = 16;
 /// Most cells whatever the chunks.
 const MIN_CELLS: usize = 1 << 16;
 /// Gathered runs of one data file that lie within this many bytes of each other (or within twice
-/// their length) are read as one stretch.
+/// their length) are read in one call.
 const GATHER_SPAN: u64 = 1 << 20;
-/// The longest stretch a thread keeps between reads.
-const KEEP_STRETCH: u64 = 2 << 20;
+/// The longest spare buffer a thread keeps between reads.
+const KEEP_SPARE: u64 = 2 << 20;
 
 thread_local! {
-    /// The stretch of a data file a read gathers runs from, kept between reads.
-    static STRETCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// What a read gathers runs through: the bytes between them, or the stretch they lie in;
+    /// kept between reads.
+    static SPARE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A chunk whose archive was read: where it lies in the tensor and where its elements are.
@@ -244,61 +245,85 @@ impl Computed for Grid {
         self.runs(offset, out.len() as u64, &mut |f, at, n| {
             runs.push((f, at, n))
         });
-        // Where each run's bytes go.
-        let mut to = Vec::with_capacity(runs.len());
-        let mut sum = 0;
-        for r in &runs {
-            to.push(sum);
-            sum += r.2 as usize;
-        }
-        let mut files: Vec<u32> = runs.iter().map(|r| r.0).collect();
-        files.sort_unstable();
-        files.dedup();
-        STRETCH.with_borrow_mut(|stretch| {
-            let done = self.gather(read, &runs, &to, &files, stretch, out);
-            if stretch.capacity() as u64 > KEEP_STRETCH {
-                *stretch = Vec::new();
+        SPARE.with_borrow_mut(|spare| {
+            let done = gather(read, &runs, out, spare);
+            if spare.capacity() as u64 > KEEP_SPARE {
+                *spare = Vec::new();
             }
             done
         })
     }
 }
 
-impl Grid {
-    /// Reads `runs` (each a file, where and how long) into `out` at `to`, file by file: a file's
-    /// runs close together in one read into `stretch`, then copied.
-    fn gather(
-        &self,
-        read: &mut ReadAt<'_>,
-        runs: &[(u32, u64, u64)],
-        to: &[usize],
-        files: &[u32],
-        stretch: &mut Vec<u8>,
-        out: &mut [u8],
-    ) -> io::Result<()> {
-        for &file in files {
-            let mine = || runs.iter().zip(to).filter(|(r, _)| r.0 == file);
-            let low = mine().map(|(r, _)| r.1).min().unwrap_or(0);
-            let high = mine().map(|(r, _)| r.1 + r.2).max().unwrap_or(0);
-            let total: u64 = mine().map(|(r, _)| r.2).sum();
-            if mine().count() == 1 {
-                // One run: read straight where it goes.
-                for (r, &t) in mine() {
-                    read(Some(file), &mut out[t..t + r.2 as usize], r.1)?;
+/// Reads `runs` (each a data file, where in it and how long; their bytes one after the other in
+/// `out`) into `out`, file by file. A file's runs close together are read in one call: straight
+/// where they go (the bytes between them into `spare`) where they are at most [`MAX_SLICES`]
+/// buffers and none overlaps another, else as one stretch into `spare`, then copied. Runs far
+/// apart are read one by one.
+fn gather(
+    read: &mut ReadAt<'_>,
+    runs: &[(u32, u64, u64)],
+    out: &mut [u8],
+    spare: &mut Vec<u8>,
+) -> io::Result<()> {
+    // Where each run's bytes go.
+    let mut places: Vec<Option<&mut [u8]>> = Vec::with_capacity(runs.len());
+    let mut rest = out;
+    for r in runs {
+        let (here, after) = std::mem::take(&mut rest).split_at_mut(r.2 as usize);
+        places.push(Some(here));
+        rest = after;
+    }
+    let mut place = |i: usize| {
+        places[i]
+            .take()
+            .ok_or_else(|| io::Error::other("a run read twice"))
+    };
+    let mut files: Vec<u32> = runs.iter().map(|r| r.0).collect();
+    files.sort_unstable();
+    files.dedup();
+    for file in files {
+        let mut mine: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].0 == file).collect();
+        mine.sort_by_key(|&i| runs[i].1);
+        let low = mine.first().map_or(0, |&i| runs[i].1);
+        let high = mine
+            .iter()
+            .map(|&i| runs[i].1 + runs[i].2)
+            .max()
+            .unwrap_or(0);
+        let total: u64 = mine.iter().map(|&i| runs[i].2).sum();
+        let apart = mine
+            .windows(2)
+            .any(|w| runs[w[1]].1 < runs[w[0]].1 + runs[w[0]].2);
+        if mine.len() == 1 || high - low > GATHER_SPAN.max(2 * total) {
+            for &i in &mine {
+                read(Some(file), &mut [IoSliceMut::new(place(i)?)], runs[i].1)?;
+            }
+        } else if !apart && 2 * mine.len() <= MAX_SLICES {
+            spare.resize((high - low - total) as usize, 0);
+            let mut gaps = &mut spare[..];
+            let mut slices = Vec::with_capacity(2 * mine.len());
+            let mut end = low;
+            for &i in &mine {
+                let (_, at, n) = runs[i];
+                if at > end {
+                    let (gap, after) = std::mem::take(&mut gaps).split_at_mut((at - end) as usize);
+                    slices.push(IoSliceMut::new(gap));
+                    gaps = after;
                 }
-            } else if high - low <= GATHER_SPAN.max(2 * total) {
-                stretch.resize((high - low) as usize, 0);
-                read(Some(file), stretch, low)?;
-                for (r, &t) in mine() {
-                    let from = (r.1 - low) as usize;
-                    out[t..t + r.2 as usize].copy_from_slice(&stretch[from..from + r.2 as usize]);
-                }
-            } else {
-                for (r, &t) in mine() {
-                    read(Some(file), &mut out[t..t + r.2 as usize], r.1)?;
-                }
+                slices.push(IoSliceMut::new(place(i)?));
+                end = at + n;
+            }
+            read(Some(file), &mut slices, low)?;
+        } else {
+            spare.resize((high - low) as usize, 0);
+            read(Some(file), &mut [IoSliceMut::new(spare)], low)?;
+            for &i in &mine {
+                let (_, at, n) = runs[i];
+                let from = (at - low) as usize;
+                place(i)?.copy_from_slice(&spare[from..from + n as usize]);
             }
         }
-        Ok(())
     }
+    Ok(())
 }

@@ -1,10 +1,11 @@
 use std::fs::File;
+use std::io::IoSliceMut;
 use std::path::{Path, PathBuf};
 
 use super::grid::{Grid, Placed, row_major};
 use super::metadata::Files;
 use super::*;
-use crate::format::Dtype;
+use crate::format::{Dtype, MAX_SLICES};
 
 /// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp_checkpoints.py`'s `tp`).
 fn tp() -> PathBuf {
@@ -19,9 +20,15 @@ fn rule(e: &FormatError) -> String {
 /// pieces of `step`, and checks both agree.
 fn computed_bytes(t: &Tensor, files: &[Vec<u8>], step: usize) -> Vec<u8> {
     let c = t.computed.as_ref().expect("a gathered tensor");
-    let mut read = |file: Option<u32>, buf: &mut [u8], at: u64| {
+    let mut read = |file: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
+        assert!(bufs.len() <= MAX_SLICES);
         let f = &files[file.expect("a data file") as usize];
-        buf.copy_from_slice(&f[at as usize..at as usize + buf.len()]);
+        let mut at = at as usize;
+        for buf in bufs {
+            let n = buf.len();
+            buf.copy_from_slice(&f[at..at + n]);
+            at += n;
+        }
         Ok(())
     };
     let mut whole = vec![0; t.size() as usize];

@@ -3,6 +3,7 @@
 //! and the rules.
 
 use std::fs::File;
+use std::io::IoSliceMut;
 
 use super::*;
 
@@ -49,8 +50,13 @@ fn bytes_of(file: &[u8], t: &Tensor, step: usize) -> Vec<u8> {
     let Some(c) = &t.computed else {
         return file[t.begin as usize..t.end as usize].to_vec();
     };
-    let mut read = |_: Option<u32>, buf: &mut [u8], at: u64| {
-        buf.copy_from_slice(&file[at as usize..at as usize + buf.len()]);
+    let mut read = |_: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
+        let mut at = at as usize;
+        for buf in bufs {
+            let n = buf.len();
+            buf.copy_from_slice(&file[at..at + n]);
+            at += n;
+        }
         Ok(())
     };
     let mut whole = vec![0; size];
