@@ -454,7 +454,7 @@ impl Read<'_> {
                             match now {
                                 Ok(o) => *slot = Some((o, 0)),
                                 Err(e) => {
-                                    waits = e.kind() == std::io::ErrorKind::WouldBlock;
+                                    waits |= e.kind() == std::io::ErrorKind::WouldBlock;
                                     return Err(e);
                                 }
                             }

@@ -292,14 +292,14 @@ fn gather(
             .max()
             .unwrap_or(0);
         let total: u64 = mine.iter().map(|&i| runs[i].2).sum();
-        let apart = mine
+        let overlap = mine
             .windows(2)
             .any(|w| runs[w[1]].1 < runs[w[0]].1 + runs[w[0]].2);
         if mine.len() == 1 || high - low > GATHER_SPAN.max(2 * total) {
             for &i in &mine {
                 read(Some(file), &mut [IoSliceMut::new(place(i)?)], runs[i].1)?;
             }
-        } else if !apart && 2 * mine.len() <= MAX_SLICES {
+        } else if !overlap && 2 * mine.len() <= MAX_SLICES {
             spare.resize((high - low - total) as usize, 0);
             let mut gaps = &mut spare[..];
             let mut slices = Vec::with_capacity(2 * mine.len());
