@@ -90,9 +90,8 @@ impl Model {
 
     /// The weight files: SOURCE itself if it is a file, else each mirrored file whose name says
     /// a weight format or whose bytes another's tensors use (a model's data file, a DCP
-    /// checkpoint's `.distcp`), and each link kept
-    /// as a link (a Hugging Face snapshot's, to its blob) whose name does, in path order; and
-    /// those that could not be opened, with why.
+    /// checkpoint's `.distcp`), and each link kept as a link (a Hugging Face snapshot's, to its
+    /// blob) whose name does, in path order; and those that could not be opened, with why.
     pub fn weight_files(&self) -> (Vec<WeightFile>, Vec<(String, String)>) {
         if let Some((name, source)) = &self.single {
             let file = WeightFile {
