@@ -1,6 +1,7 @@
 //! Helpers of the unit tests: temporary directories, removed on drop, safetensors files, and the
 //! command line's `sha256sum` as an oracle.
 
+use std::io::IoSliceMut;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -69,4 +70,17 @@ pub fn sha256sum(bytes: &[u8]) -> String {
     child.stdin.take().unwrap().write_all(bytes).unwrap();
     let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// What a computed tensor's reader asks of `bytes` (see `format::description::ReadAt`): `bufs`
+/// filled one after the other from `at`, at most `MAX_SLICES` of them.
+pub fn read_at(bytes: &[u8], bufs: &mut [IoSliceMut<'_>], at: u64) -> std::io::Result<()> {
+    assert!(bufs.len() <= crate::format::MAX_SLICES, "too many buffers");
+    let mut at = at as usize;
+    for buf in bufs {
+        let n = buf.len();
+        buf.copy_from_slice(&bytes[at..at + n]);
+        at += n;
+    }
+    Ok(())
 }

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use super::grid::{Grid, Placed, row_major};
 use super::metadata::Files;
 use super::*;
-use crate::format::{Dtype, MAX_SLICES};
+use crate::format::Dtype;
+use crate::testing::read_at;
 
 /// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp_checkpoints.py`'s `tp`).
 fn tp() -> PathBuf {
@@ -21,15 +22,7 @@ fn rule(e: &FormatError) -> String {
 fn computed_bytes(t: &Tensor, files: &[Vec<u8>], step: usize) -> Vec<u8> {
     let c = t.computed.as_ref().expect("a gathered tensor");
     let mut read = |file: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
-        assert!(bufs.len() <= MAX_SLICES);
-        let f = &files[file.expect("a data file") as usize];
-        let mut at = at as usize;
-        for buf in bufs {
-            let n = buf.len();
-            buf.copy_from_slice(&f[at..at + n]);
-            at += n;
-        }
-        Ok(())
+        read_at(&files[file.expect("a data file") as usize], bufs, at)
     };
     let mut whole = vec![0; t.size() as usize];
     c.read(&mut read, 0, &mut whole).unwrap();

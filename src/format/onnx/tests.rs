@@ -5,6 +5,8 @@
 use std::fs::File;
 use std::io::IoSliceMut;
 
+use crate::testing::read_at;
+
 use super::*;
 
 fn varint(mut n: u64) -> Vec<u8> {
@@ -50,15 +52,7 @@ fn bytes_of(file: &[u8], t: &Tensor, step: usize) -> Vec<u8> {
     let Some(c) = &t.computed else {
         return file[t.begin as usize..t.end as usize].to_vec();
     };
-    let mut read = |_: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
-        let mut at = at as usize;
-        for buf in bufs {
-            let n = buf.len();
-            buf.copy_from_slice(&file[at..at + n]);
-            at += n;
-        }
-        Ok(())
-    };
+    let mut read = |_: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| read_at(file, bufs, at);
     let mut whole = vec![0; size];
     c.read(&mut read, 0, &mut whole).unwrap();
     let mut pieces = vec![0; size];
