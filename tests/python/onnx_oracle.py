@@ -302,7 +302,9 @@ def write(out):
 
 def write_external(out):
     """Models with external data: in one file (one/), in one file per tensor (each/), in a
-    subdirectory (nested/), as onnx.save_model writes them; and refused ones (bad/), each with
+    subdirectory (nested/), as onnx.save_model writes them; beside them (mixed/), one whose
+    model file also holds a tensor in typed fields (`typed`, int64_data, which onnx.save_model
+    leaves in the model); and refused ones (bad/), each with
     the rule its error must name: a location that is absolute, one that leaves the
     model's directory (to a file that exists), an offset past the data file's end, a missing
     data file, a length that is not the tensor's. Prints JSON {"good": [dirs], "bad": {file:
@@ -319,6 +321,12 @@ def write_external(out):
         onnx.save_model(model(weights(4)), os.path.join(d, "model.onnx"),
                         save_as_external_data=True, all_tensors_to_one_file=one,
                         location=location, size_threshold=0)
+    mixed = os.path.join(out, "mixed")
+    os.makedirs(mixed)
+    typed = TensorProto(name="typed", data_type=TensorProto.INT64, dims=[3], int64_data=[7, -8, 9])
+    onnx.save_model(model(weights(2) + [typed]), os.path.join(mixed, "model.onnx"),
+                    save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx_data", size_threshold=0)
     bad = os.path.join(out, "bad")
     os.makedirs(bad)
     with open(os.path.join(out, "outside.bin"), "wb") as f:

@@ -314,7 +314,7 @@ fn external_data_is_read_from_the_files_the_model_names() {
 /// file with the digest of the bytes the oracle reads; with a byte flipped, the data file is a
 /// `mismatch`, `--manifest` names the tensors whose bytes the oracle now reads otherwise, and
 /// under `-o verify` the tensor files it holds fail reads with EIO while the model file itself
-/// stays readable.
+/// stays readable. A model that also holds a tensor in typed fields lists that one under itself.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn verify_checks_the_data_files_a_model_names() {
@@ -354,6 +354,25 @@ fn verify_checks_the_data_files_a_model_names() {
     let listed: BTreeMap<String, Value> =
         serde_json::from_value(files["model.onnx_data"]["tensors"].clone()).unwrap();
     assert_eq!(listed, before, "{written}");
+
+    // A tensor in the model's typed fields (computed on read) beside external data: listed under
+    // the model file, with the oracle's digest; the rest under the data file.
+    let mixed = src.join("mixed");
+    let mut want = digests(&oracle(&py, &mixed));
+    let typed = want.remove("typed").expect("the oracle reads `typed`");
+    let mixed_manifest = tmp.join("mixed.json");
+    let out = run(&["verify", "--write-manifest", s(&mixed_manifest), s(&mixed)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = json(&fs::read_to_string(&mixed_manifest).unwrap());
+    let files = &written["files"];
+    assert_eq!(
+        files["model.onnx"]["tensors"],
+        serde_json::json!({ "typed": typed }),
+        "{written}"
+    );
+    let listed: BTreeMap<String, Value> =
+        serde_json::from_value(files["model.onnx_data"]["tensors"].clone()).unwrap();
+    assert_eq!(listed, want, "{written}");
 
     let data = dir.join("model.onnx_data");
     let mut bytes = fs::read(&data).unwrap();
