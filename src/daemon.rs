@@ -20,7 +20,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -120,7 +120,9 @@ pub fn fuse_config(opts: &MountOptions, fsname: String, threads: usize) -> Confi
         SessionACL::Owner
     };
     config.n_threads = Some(threads.max(1));
-    config.clone_fd = threads > 1;
+    // One descriptor for every thread: a reply the daemon writes to the device itself (see
+    // `Fuse::device`) must go to the descriptor its request was read from.
+    config.clone_fd = false;
     config
 }
 
@@ -215,6 +217,7 @@ fn mount(
         );
     }
     let readahead_kb = fs.fs.tuning().readahead_kb;
+    let device = fs.device();
     let session = Session::new(fs, mnt, config).map_err(|e| {
         let what = match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(
@@ -226,6 +229,12 @@ fn mount(
     })?;
     if let Some(kb) = readahead_kb {
         raise_readahead(mnt, kb);
+    }
+    match session.as_fd().try_clone_to_owned() {
+        Ok(fd) => {
+            let _ = device.set(fd);
+        }
+        Err(e) => debug!("cannot keep the FUSE device for replies of several slices: {e}"),
     }
     if auto_unmount {
         let dev = top_mount(mnt)

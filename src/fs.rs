@@ -26,7 +26,7 @@ use crate::invalidate::{Invalidator, Notice};
 use crate::namespace::{Attr, Content, Ino, Kind, Namespace, Node, NotReadable, Removed, Snapshot};
 use crate::pool::Pool;
 use crate::refresh;
-use crate::source::{Hold, Opened, ReadError, Reading, Source, Verdict, Wait};
+use crate::source::{Hold, Opened, Out, ReadError, Reading, Source, Verdict, Wait};
 use crate::tuning::Tuning;
 
 /// Threads that serve reads which may wait on storage, and how many more reads may wait for one.
@@ -64,9 +64,15 @@ pub struct Open<B> {
 }
 
 /// Where a read's bytes go: the kernel's reply, or a test's.
-pub trait ReplyData: Send + 'static {
+pub trait ReplyData: Send + 'static + Sized {
     fn data(self, bytes: &[u8]);
     fn error(self, e: FsError);
+
+    /// Replies the bytes of `bufs`, one after the other (one `writev` of the kernel's reply,
+    /// which copies them); gives the reply back, nothing sent, where it cannot.
+    fn vectored(self, _bufs: &[io::IoSlice<'_>]) -> Result<(), Self> {
+        Err(self)
+    }
 }
 
 /// `statfs` of a read-only image: the size of the sources, nothing free.
@@ -648,13 +654,9 @@ fn changed(follow: bool, cause: Cause) -> FsError {
 /// Sends `reading` to `reply`, or its error (see [`changed`] for `follow`). Gives the reply back
 /// if nothing could be sent without waiting (`wait` [`Wait::No`]).
 fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, follow: bool) -> Option<R> {
-    let mut reply = Some(reply);
-    let sent = reading.send(wait, |bytes| {
-        if let Some(r) = reply.take() {
-            r.data(bytes);
-        }
-    });
-    match (sent, reply) {
+    let mut reply = Replying(Some(reply));
+    let sent = reading.send(wait, &mut reply);
+    match (sent, reply.0) {
         (Some(Err(e)), Some(r)) => r.error(match e {
             e @ ReadError::Changed(_) => changed(follow, Cause::Read(e)),
             e @ ReadError::Io(_) => FsError::Io(Cause::Read(e)),
@@ -663,6 +665,28 @@ fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, follow: bool)
         _ => {}
     }
     None
+}
+
+/// A reply not sent yet, as the read path sends bytes.
+struct Replying<R>(Option<R>);
+
+impl<R: ReplyData> Out for Replying<R> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        if let Some(r) = self.0.take() {
+            r.data(bytes);
+        }
+    }
+
+    fn vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> bool {
+        match self.0.take().map(|r| r.vectored(bufs)) {
+            Some(Ok(())) => true,
+            Some(Err(r)) => {
+                self.0 = Some(r);
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 /// Whether the bytes of `source` are refused: `-o verify` found them not to be the recorded ones.

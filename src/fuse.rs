@@ -3,9 +3,12 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use log::debug;
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -19,10 +22,14 @@ use failures::{Failures, Op};
 use crate::fs::{self, FsError, Open, TensorFs};
 use crate::names::NAME_MAX;
 use crate::namespace::{Attr, Kind};
+use crate::sys;
 
 /// Entry and attribute timeouts. The bytes behind an inode never change, and a changed source
 /// gives new inodes whose old names the refresh invalidates, so the kernel may cache for long.
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Size of the header of a reply (`struct fuse_out_header`).
+const OUT_HEADER: usize = 16;
 
 /// `st_blksize`: large, so that tools which size their reads by it make few requests.
 const BLKSIZE: u32 = 1 << 20;
@@ -34,12 +41,25 @@ const BLOCK_UNIT: u64 = 512;
 pub struct Fuse {
     pub fs: TensorFs<BackingId>,
     failures: Arc<Failures>,
+    /// The session's FUSE device, once mounted: where read replies of several slices go.
+    device: Arc<OnceLock<OwnedFd>>,
 }
 
 impl Fuse {
     pub fn new(fs: TensorFs<BackingId>) -> Fuse {
         let failures = Arc::new(Failures::new(fs.namespace().clone()));
-        Fuse { fs, failures }
+        Fuse {
+            fs,
+            failures,
+            device: Arc::default(),
+        }
+    }
+
+    /// Where the session's FUSE device is to be put once mounted (every thread of the session
+    /// reads requests from that one descriptor, so a reply may be written there: see
+    /// [`fs::ReplyData::vectored`]).
+    pub fn device(&self) -> Arc<OnceLock<OwnedFd>> {
+        self.device.clone()
     }
 
     /// The errno of a request `op` on `ino` that failed with `e`, which is logged.
@@ -151,6 +171,8 @@ impl fs::xattrs::ReplyValue for XattrReply {
 /// A READ's reply, with what to log if it fails.
 struct ReadReply {
     reply: ReplyData,
+    unique: u64,
+    device: Arc<OnceLock<OwnedFd>>,
     ino: u64,
     offset: u64,
     size: u32,
@@ -160,6 +182,30 @@ struct ReadReply {
 impl fs::ReplyData for ReadReply {
     fn data(self, bytes: &[u8]) {
         self.reply.data(bytes)
+    }
+
+    fn vectored(self, bufs: &[io::IoSlice<'_>]) -> Result<(), Self> {
+        let Some(device) = self.device.get().filter(|_| bufs.len() < sys::IOV_MAX) else {
+            return Err(self);
+        };
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let Ok(total) = u32::try_from(OUT_HEADER + len) else {
+            return Err(self);
+        };
+        // fuse_out_header: the message's length, no error, the request it answers.
+        let mut header = [0u8; OUT_HEADER];
+        header[..4].copy_from_slice(&total.to_ne_bytes());
+        header[8..].copy_from_slice(&self.unique.to_ne_bytes());
+        if let Err(e) = sys::write_message(device.as_fd(), &header, bufs) {
+            // As fuser does with a reply the kernel refuses (the request was interrupted, or a
+            // page of a source cut short failed to copy, which the kernel answers with EIO).
+            debug!("inode {}: read reply not sent: {e}", self.ino);
+        }
+        // fuser cannot be told that the reply was sent, and would answer EIO when it is
+        // dropped: forgetting it leaves a count on its handle of the device (an integer, nothing
+        // allocated), which stays open until the daemon exits, as it would anyway.
+        std::mem::forget(self.reply);
+        Ok(())
     }
 
     fn error(self, e: FsError) {
@@ -270,7 +316,7 @@ impl Filesystem for Fuse {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -281,6 +327,8 @@ impl Filesystem for Fuse {
     ) {
         let reply = ReadReply {
             reply,
+            unique: req.unique().0,
+            device: self.device.clone(),
             ino: ino.0,
             offset,
             size,

@@ -11,7 +11,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -142,8 +142,38 @@ pub fn read_exact_vectored_at(
     Ok(())
 }
 
-/// Most buffers one `preadv` takes on Linux.
-const IOV_MAX: usize = 1024;
+/// Most buffers one `preadv` or `writev` takes on Linux.
+pub const IOV_MAX: usize = 1024;
+
+/// Writes `header`, then `bufs`, to `to` in one `writev` (a message to the FUSE device, which
+/// takes each whole or not at all): at most [`IOV_MAX`] buffers in all.
+pub fn write_message(
+    to: BorrowedFd<'_>,
+    header: &[u8],
+    bufs: &[io::IoSlice<'_>],
+) -> io::Result<()> {
+    if bufs.len() >= IOV_MAX {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    let mut all = Vec::with_capacity(bufs.len() + 1);
+    all.push(io::IoSlice::new(header));
+    all.extend_from_slice(bufs);
+    let want: usize = all.iter().map(|b| b.len()).sum();
+    // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); the kernel
+    // only reads the buffers, which outlive the call, and there are at most IOV_MAX of them.
+    let n = unsafe {
+        libc::writev(
+            to.as_raw_fd(),
+            all.as_ptr().cast::<libc::iovec>(),
+            all.len() as libc::c_int,
+        )
+    };
+    match usize::try_from(n) {
+        Ok(n) if n == want => Ok(()),
+        Ok(_) => Err(io::ErrorKind::WriteZero.into()),
+        Err(_) => Err(io::Error::last_os_error()),
+    }
+}
 
 /// Starts reading `len` bytes of `file` at `start` into the page cache (`POSIX_FADV_WILLNEED`); a
 /// hint, whose failure changes nothing.

@@ -167,6 +167,13 @@ pub trait Computed: Send + Sync + std::fmt::Debug {
     fn stretch(&self, _offset: u64, _len: u64) -> Option<(u32, u64)> {
         None
     }
+
+    /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as stretches of the
+    /// description's data files, in order: `run(file, at, len)` for each. False (and `run` not
+    /// called) where they are not stored as they are.
+    fn runs(&self, _offset: u64, _len: u64, _run: &mut dyn FnMut(u32, u64, u64)) -> bool {
+        false
+    }
 }
 
 impl Tensor {

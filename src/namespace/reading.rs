@@ -171,7 +171,7 @@ fn send_copied(
 ) -> Result<bool, ReadAllError> {
     let mut go_on = true;
     let mut sent = 0;
-    match reading.send(Wait::Copied, |b| {
+    match reading.send(Wait::Copied, &mut |b: &[u8]| {
         sent = b.len() as u64;
         go_on = each(b);
     }) {

@@ -82,8 +82,8 @@ impl Snapshot {
         let reading = self.reading(ino, offset, size)?;
         let mut out = Vec::new();
         let sent = reading
-            .send(Wait::No, |b| out.extend_from_slice(b))
-            .or_else(|| reading.send(Wait::Yes, |b| out.extend_from_slice(b)));
+            .send(Wait::No, &mut |b: &[u8]| out.extend_from_slice(b))
+            .or_else(|| reading.send(Wait::Yes, &mut |b: &[u8]| out.extend_from_slice(b)));
         match sent {
             Some(Ok(())) => Ok(out),
             Some(Err(e)) => Err(SnapshotReadError::Source(e)),
@@ -103,7 +103,7 @@ impl Snapshot {
     ) -> Result<Vec<u8>, SnapshotReadError> {
         let reading = self.reading(ino, offset, size)?;
         let mut out = Vec::new();
-        match reading.send(Wait::Yes, |b| out.extend_from_slice(b)) {
+        match reading.send(Wait::Yes, &mut |b: &[u8]| out.extend_from_slice(b)) {
             Some(Ok(())) => Ok(out),
             Some(Err(e)) => Err(SnapshotReadError::Source(e)),
             // Only a read that may not wait gives up.

@@ -21,6 +21,7 @@ mod opened;
 mod read;
 mod recorded;
 mod registry;
+mod sliced;
 mod sources;
 mod version;
 
@@ -29,7 +30,7 @@ pub use file::{Hold, Parse, Source, Warning, is_remote};
 pub use gather::Stored;
 pub use lease::SIGNAL as LEASE_SIGNAL;
 pub use opened::Opened;
-pub use read::{Body, Piece, Reading, Wait};
+pub use read::{Body, Out, Piece, Reading, Wait};
 pub use recorded::{How, Recorded, Verdict};
 pub use registry::Registry;
 pub use sources::Sources;

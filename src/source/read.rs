@@ -5,10 +5,11 @@
 //! The daemon never reads mapped source bytes itself: long plain spans go to `send` as slices of
 //! the source's mapping, which the FUSE adapter passes to the kernel, so a source truncated later
 //! gives the reader an error instead of killing the daemon with SIGBUS (their pages leave the
-//! daemon's address space later: see [`Sources`](super::Sources)). Everything else (short spans,
-//! spans after an NPY header, widened tensors, reads of several pieces, sources that cannot be
-//! mapped) is read with `pread` into a buffer, where a file cut short is an error, never a short
-//! reply.
+//! daemon's address space later: see [`Sources`](super::Sources)). So are reads of several
+//! stretches (a sharded tensor's chunks, a read across two tensors), as several slices of one
+//! reply (see [`sliced`]). Everything else (short spans, spans after an NPY header, widened
+//! tensors, sources that cannot be mapped, stretches whose lease is not held) is read with `pread`
+//! into a buffer, where a file cut short is an error, never a short reply.
 //!
 //! Every read checks that its source still holds the version found (see [`Source::intact`]; free
 //! while a read lease is held): a copy after taking its bytes. A slice of a local source's mapping
@@ -20,7 +21,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::io::IoSliceMut;
+use std::io::{IoSlice, IoSliceMut};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use super::error::ReadError;
 use super::file::Source;
 use super::gather::{self, Stored};
 use super::opened::Opened;
+use super::sliced;
 use crate::format::widen::Widening;
 use crate::sys;
 
@@ -53,6 +55,23 @@ thread_local! {
     /// The buffer of a thread's copied reads from [`COPY_BELOW`] to [`KEEP_BELOW`] (a gathered
     /// tensor's, a converted file's of several pieces), kept between reads.
     static LONG: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where a read's bytes go, once.
+pub trait Out {
+    fn bytes(&mut self, bytes: &[u8]);
+
+    /// Sends the bytes of `bufs`, one after the other, copied by the kernel from where they are
+    /// (slices of sources' mappings); false, nothing sent, where it cannot.
+    fn vectored(&mut self, _bufs: &[IoSlice<'_>]) -> bool {
+        false
+    }
+}
+
+impl<F: FnMut(&[u8])> Out for F {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self(bytes)
+    }
 }
 
 /// Whether a read may wait on storage.
@@ -115,17 +134,17 @@ impl Reading<'_> {
         }
     }
 
-    /// Sends the bytes through `send`, once, checked against changes of the source. `None` (and
+    /// Sends the bytes to `out`, once, checked against changes of the source. `None` (and
     /// nothing sent) where `wait` is [`Wait::No`] and they cannot be sent without waiting.
-    pub fn send(&self, wait: Wait, send: impl FnOnce(&[u8])) -> Option<Result<(), ReadError>> {
+    pub fn send(&self, wait: Wait, out: &mut impl Out) -> Option<Result<(), ReadError>> {
         let Some(body) = &self.body else {
-            send(&self.head);
+            out.bytes(&self.head);
             return Some(Ok(()));
         };
         let source: &Source = &body.source;
         let one = match &body.pieces[..] {
             [] => {
-                send(&self.head);
+                out.bytes(&self.head);
                 return Some(Ok(()));
             }
             [one] => Some(one),
@@ -135,6 +154,9 @@ impl Reading<'_> {
         let gathered = elsewhere || one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
         let computed =
             !elsewhere && one.is_some_and(|p| p.widen.is_none() && p.stored.is_computed());
+        if gathered && wait != Wait::Copied && sliced::send(&self.head, body, wait, out) {
+            return Some(Ok(()));
+        }
         if gathered && wait == Wait::No && !computed {
             // Gathering may take many reads of storage: always on the pool. A computed piece
             // (a sharded tensor's chunks) is gathered here where the page cache holds every byte.
@@ -161,12 +183,12 @@ impl Reading<'_> {
         };
         match one {
             Some(p) if p.widen.is_none() && !gathered => {
-                read.plain(&self.head, p.start + p.offset, p.len, send)
+                read.plain(&self.head, p.start + p.offset, p.len, |b| out.bytes(b))
             }
             Some(p @ Piece { widen: Some(w), .. }) if !elsewhere => {
-                read.widened(&self.head, *w, p, send)
+                read.widened(&self.head, *w, p, |b| out.bytes(b))
             }
-            _ => read.pieces(&self.head, &body.pieces, send),
+            _ => read.pieces(&self.head, &body.pieces, |b| out.bytes(b)),
         }
     }
 }
@@ -542,7 +564,7 @@ impl Read<'_> {
 }
 
 /// [`gather::tensor_runs`] for stored bytes `[offset, offset + len)` of `piece`.
-fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
+pub(super) fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
     match &piece.stored {
         Stored::Contiguous => run(piece.start + offset, len),
         Stored::Strided(tensor) => gather::tensor_runs(tensor, piece.start, offset, len, run),

@@ -240,6 +240,11 @@ impl Computed for Grid {
         first.filter(|_| count == 1)
     }
 
+    fn runs(&self, offset: u64, len: u64, run: &mut dyn FnMut(u32, u64, u64)) -> bool {
+        Grid::runs(self, offset, len, &mut |f, at, n| run(f, at, n));
+        true
+    }
+
     fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> io::Result<()> {
         let mut runs: Vec<(u32, u64, u64)> = Vec::new();
         self.runs(offset, out.len() as u64, &mut |f, at, n| {
