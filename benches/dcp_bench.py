@@ -24,7 +24,7 @@ prints one JSON line per row:
              10,000-chunk checkpoint (with its mount time)
 
 Timed rows give every run's figure (a list, after one warm-up run), so that the report shows
-their median and spread.
+their median and spread; warm reads alternate with their baseline's, run by run.
 """
 
 import json
@@ -102,6 +102,15 @@ def samples(f, runs):
     return [f() for _ in range(runs)]
 
 
+def paired(f, g, runs):
+    """Runs of `f` and of `g`, one of each in turn after a warm-up of each, so that both see
+    the machine as it is at that moment (a shared VM drifts between runs)."""
+    f()
+    g()
+    pairs = [(f(), g()) for _ in range(runs)]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
 def pin(pid, reader_cpu, daemon_cpu):
     """The reader (this process) on `reader_cpu`, every thread of the daemon `pid` on
     `daemon_cpu`; with None, each back on every CPU."""
@@ -169,22 +178,20 @@ def main():
         def gbps(paths):
             return lambda: gb / read_all(paths)[0]
 
-        warm_m = samples(gbps([virt]), runs)
-        warm_b = samples(gbps(distcp), runs)
+        warm_m, warm_b = paired(gbps([virt]), gbps(distcp), runs)
         rss = daemon_rss(src)
         if sharding == "fsdp2" and len(os.sched_getaffinity(0)) > 1:
             placed = {}
             for where, daemon_cpu in [("same_cpu", 0), ("other_cpu", 1)]:
                 pin(daemon_pid(src), 0, daemon_cpu)
-                placed[where] = {"GBps": samples(gbps([virt]), runs),
-                                 "baseline_GBps": samples(gbps(distcp), runs)}
+                m, b = paired(gbps([virt]), gbps(distcp), runs)
+                placed[where] = {"GBps": m, "baseline_GBps": b}
             pin(daemon_pid(src), None, None)
             print(json.dumps({"row": "placement", "sharding": sharding, **placed}), flush=True)
         unmount(mnt)
         # The mount's page cache kept across opens: the warm-up read fills it.
         mount(src, mnt, "-o", "kernel_cache")
-        cached = samples(gbps([virt]), runs)
-        cached_b = samples(gbps(distcp), runs)
+        cached, cached_b = paired(gbps([virt]), gbps(distcp), runs)
         unmount(mnt)
         print(json.dumps({"row": "kernel_cache", "sharding": sharding, "GBps": cached,
                           "baseline_GBps": cached_b}), flush=True)

@@ -23,10 +23,10 @@ use log::debug;
 
 use crate::integrity::{Activity, TensorDigests};
 use crate::invalidate::{Invalidator, Notice};
-use crate::namespace::{Attr, Content, Ino, Kind, Namespace, Node, NotReadable, Removed, Snapshot};
+use crate::namespace::{Attr, Content, Ino, Kind, Namespace, Node, Removed, Snapshot};
 use crate::pool::Pool;
 use crate::refresh;
-use crate::source::{Hold, Opened, Out, ReadError, Reading, Source, Verdict, Wait};
+use crate::source::{Hold, Opened, ReadError, Source, Verdict};
 use crate::tuning::Tuning;
 
 /// Threads that serve reads which may wait on storage, and how many more reads may wait for one.
@@ -61,18 +61,6 @@ pub struct Open<B> {
     pub direct_io: bool,
     /// The backing file the kernel reads a mirrored file from (passthrough), if it does.
     pub backing: Option<Arc<B>>,
-}
-
-/// Where a read's bytes go: the kernel's reply, or a test's.
-pub trait ReplyData: Send + 'static + Sized {
-    fn data(self, bytes: &[u8]);
-    fn error(self, e: FsError);
-
-    /// Replies the bytes of `bufs`, one after the other (one `writev` of the kernel's reply,
-    /// which copies them); gives the reply back, nothing sent, where it cannot.
-    fn vectored(self, _bufs: &[io::IoSlice<'_>]) -> Result<(), Self> {
-        Err(self)
-    }
 }
 
 /// `statfs` of a read-only image: the size of the sources, nothing free.
@@ -472,38 +460,6 @@ impl<B: Send + Sync + 'static> TensorFs<B> {
         drop(released);
     }
 
-    /// Reads up to `size` bytes of `ino` from `offset` into `reply`. Bytes the daemon has or that
-    /// are in the page cache of a local source are sent from this thread; anything that may wait
-    /// on storage goes to the read pool.
-    pub fn read<R: ReplyData>(&self, ino: Ino, offset: u64, size: u32, reply: R) {
-        let Some(node) = self.ns.get(ino) else {
-            return reply.error(FsError::Stale(Cause::LeftTree));
-        };
-        if let Some(s) = node.source().filter(|s| refused(s)) {
-            return reply.error(FsError::Io(Cause::Mismatch(s.path.clone())));
-        }
-        if let Some(activity) = &self.verify {
-            activity.touch();
-        }
-        let reading = match node.read(offset, size) {
-            Ok(r) => r,
-            Err(NotReadable::IsDir) => return reply.error(FsError::IsDir),
-            Err(NotReadable::Nothing) => return reply.error(FsError::NotFound),
-        };
-        let follow = self.live.is_some();
-        let Some(reply) = send(&reading, Wait::No, reply, follow) else {
-            return;
-        };
-        let reading = reading.into_owned();
-        self.pool.submit(move |run| {
-            if run {
-                send(&reading, Wait::Yes, reply, follow);
-            } else {
-                reply.error(FsError::Io(Cause::Busy));
-            }
-        });
-    }
-
     /// Where `lseek(offset, whence)` lands for `SEEK_DATA` and `SEEK_HOLE` (the kernel answers the
     /// others itself): every file is data from start to end, with its one hole at the end. ENXIO
     /// at or past the end, as on any filesystem.
@@ -651,44 +607,6 @@ fn changed(follow: bool, cause: Cause) -> FsError {
     }
 }
 
-/// Sends `reading` to `reply`, or its error (see [`changed`] for `follow`). Gives the reply back
-/// if nothing could be sent without waiting (`wait` [`Wait::No`]).
-fn send<R: ReplyData>(reading: &Reading<'_>, wait: Wait, reply: R, follow: bool) -> Option<R> {
-    let mut reply = Replying(Some(reply));
-    let sent = reading.send(wait, &mut reply);
-    match (sent, reply.0) {
-        (Some(Err(e)), Some(r)) => r.error(match e {
-            e @ ReadError::Changed(_) => changed(follow, Cause::Read(e)),
-            e @ ReadError::Io(_) => FsError::Io(Cause::Read(e)),
-        }),
-        (None, reply) => return reply,
-        _ => {}
-    }
-    None
-}
-
-/// A reply not sent yet, as the read path sends bytes.
-struct Replying<R>(Option<R>);
-
-impl<R: ReplyData> Out for Replying<R> {
-    fn bytes(&mut self, bytes: &[u8]) {
-        if let Some(r) = self.0.take() {
-            r.data(bytes);
-        }
-    }
-
-    fn vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> bool {
-        match self.0.take().map(|r| r.vectored(bufs)) {
-            Some(Ok(())) => true,
-            Some(Err(r)) => {
-                self.0 = Some(r);
-                false
-            }
-            None => false,
-        }
-    }
-}
-
 /// Whether the bytes of `source` are refused: `-o verify` found them not to be the recorded ones.
 fn refused(source: &Source) -> bool {
     source.verdict() == Some(Verdict::Mismatch)
@@ -706,6 +624,7 @@ fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (In
 }
 
 mod error;
+pub mod read;
 #[cfg(test)]
 mod tests;
 pub mod xattrs;

@@ -57,7 +57,7 @@ impl Fuse {
 
     /// Where the session's FUSE device is to be put once mounted (every thread of the session
     /// reads requests from that one descriptor, so a reply may be written there: see
-    /// [`fs::ReplyData::vectored`]).
+    /// [`fs::read::ReplyData::vectored`]).
     pub fn device(&self) -> Arc<OnceLock<OwnedFd>> {
         self.device.clone()
     }
@@ -179,7 +179,7 @@ struct ReadReply {
     failures: Arc<Failures>,
 }
 
-impl fs::ReplyData for ReadReply {
+impl fs::read::ReplyData for ReadReply {
     fn data(self, bytes: &[u8]) {
         self.reply.data(bytes)
     }

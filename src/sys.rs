@@ -544,10 +544,27 @@ pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<File> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{ErrorKind, IoSliceMut};
+    use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
+    use std::os::fd::AsFd;
 
-    use super::read_exact_vectored_at;
+    use super::{IOV_MAX, pipe, read_exact_vectored_at, write_message};
     use crate::testing::TempDir;
+
+    /// A message is its header, then each buffer in turn, written at once; one of more buffers
+    /// than one `writev` takes is refused, nothing written.
+    #[test]
+    fn a_message_is_written_whole_or_not_at_all() {
+        let (read, write) = pipe().unwrap();
+        let bufs = [IoSlice::new(b"ab"), IoSlice::new(b""), IoSlice::new(b"cde")];
+        write_message(write.as_fd(), b"HEAD", &bufs).unwrap();
+        let many = vec![IoSlice::new(b"x"); IOV_MAX];
+        let e = write_message(write.as_fd(), b"H", &many).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        drop(write);
+        let mut got = Vec::new();
+        std::fs::File::from(read).read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"HEADabcde");
+    }
 
     /// Buffers filled one after the other from the offset, in one call or (past `IOV_MAX`
     /// buffers) several; past the end an error, never a short fill; from the page cache alone

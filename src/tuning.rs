@@ -5,7 +5,7 @@
 /// benchmark can show what each setting brings.
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
-    /// FUSE worker threads (each with its own /dev/fuse descriptor).
+    /// FUSE worker threads (all reading requests from the session's one /dev/fuse descriptor).
     pub threads: usize,
     /// Keep the kernel's page cache of a file and of directory listings across opens.
     pub keep_cache: bool,

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::read::ReplyData;
 use super::xattrs::ReplyValue;
 use super::*;
 use crate::clock::Clock;

@@ -29,7 +29,7 @@ use super::error::ReadError;
 use super::file::Source;
 use super::gather::{self, Stored};
 use super::opened::Opened;
-use super::sliced;
+use super::sliced::Stretches;
 use crate::format::widen::Widening;
 use crate::sys;
 
@@ -154,7 +154,7 @@ impl Reading<'_> {
         let gathered = elsewhere || one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
         let computed =
             !elsewhere && one.is_some_and(|p| p.widen.is_none() && p.stored.is_computed());
-        if gathered && wait != Wait::Copied && sliced::send(&self.head, body, wait, out) {
+        if gathered && wait != Wait::Copied && sliced(&self.head, body, wait, out) {
             return Some(Ok(()));
         }
         if gathered && wait == Wait::No && !computed {
@@ -191,6 +191,39 @@ impl Reading<'_> {
             _ => read.pieces(&self.head, &body.pieces, |b| out.bytes(b)),
         }
     }
+}
+
+/// Sends `head`, then the presented bytes of `body`'s pieces, to `out` as one reply of slices of
+/// their sources' mappings (see [`Stretches`]); false, nothing sent, where they are not all
+/// stretches as stored (a widened piece, a tensor computed from its values) or cannot be sent so.
+fn sliced(head: &[u8], body: &Body<'_>, wait: Wait, out: &mut impl Out) -> bool {
+    let mut stretches = Stretches::new(wait == Wait::No);
+    for p in &body.pieces {
+        let mut ok = p.widen.is_none();
+        match &p.stored {
+            Stored::Computed(tensor, data) => {
+                let Some(computed) = tensor.computed.as_ref().filter(|_| ok) else {
+                    return false;
+                };
+                ok = computed.runs(p.offset, p.len, &mut |k, at, n| {
+                    ok = ok
+                        && data
+                            .get(k as usize)
+                            .is_some_and(|s| stretches.add(s, at, n));
+                }) && ok;
+            }
+            _ => {
+                let source = p.source.as_ref().unwrap_or(&body.source);
+                stored_runs(p, p.offset, p.len, &mut |at, n| {
+                    ok = ok && stretches.add(source, at, n)
+                });
+            }
+        }
+        if !ok {
+            return false;
+        }
+    }
+    stretches.send(head, &mut |bufs| out.vectored(bufs))
 }
 
 /// One read of an open source.
@@ -564,7 +597,7 @@ impl Read<'_> {
 }
 
 /// [`gather::tensor_runs`] for stored bytes `[offset, offset + len)` of `piece`.
-pub(super) fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
+fn stored_runs(piece: &Piece, offset: u64, len: u64, run: &mut impl FnMut(u64, u64)) {
     match &piece.stored {
         Stored::Contiguous => run(piece.start + offset, len),
         Stored::Strided(tensor) => gather::tensor_runs(tensor, piece.start, offset, len, run),
