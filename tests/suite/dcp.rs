@@ -464,3 +464,69 @@ fn a_checkpoint_past_4_gib_reads_back_as_torch_loads_it() {
         assert_eq!(read[name][2], *digest, "model.safetensors: {name}");
     }
 }
+
+/// Tensors gathered from large chunks (32 MiB bf16 grids on a 2×2 mesh: each read of the mount
+/// interleaves 4 KiB rows of two data files, sent as one reply of their slices) read back as
+/// torch consolidates them, and `model.safetensors` as `save_file` writes them. A data file cut
+/// short under an open handle then fails its reads, never answers other bytes.
+#[test]
+#[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
+fn large_gathered_tensors_read_back_and_fail_once_cut_short() {
+    require_fuse();
+    let py = python();
+    require_module(&py, "torch");
+    let tmp = TempDir::new("dcp-large");
+    let src = tmp.join("src");
+    let ckpt = src.join("mesh");
+    python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["big", s(&ckpt), "64", "4", "2x2"],
+    );
+    let oracle = json(&python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["oracle", s(&ckpt)],
+    ));
+    let tensors = oracle["tensors"].as_object().unwrap();
+    assert_eq!(tensors.len(), 2, "{oracle}");
+    let m = mount_ok(&src, "");
+    let dir = m.path("mesh/checkpoint.tensors");
+    for (key, t) in tensors {
+        assert_eq!(
+            sha256sum(&dir.join(key)),
+            t["sha256"].as_str().unwrap(),
+            "{key}"
+        );
+    }
+    let want = tmp.join("want.safetensors");
+    python_script(
+        &py,
+        "dcp_checkpoints.py",
+        &["safetensors", s(&ckpt), "model.", s(&want)],
+    );
+    assert_eq!(
+        sha256sum(&m.path("mesh/model.safetensors")),
+        sha256sum(&want)
+    );
+    // Cut short under an open handle: the read fails (EIO, or ESTALE once the refresh has seen
+    // the change), whether its bytes were sliced or copied before.
+    let (key, _) = tensors.iter().next().unwrap();
+    let held = fs::File::open(dir.join(key)).unwrap();
+    let rank0 = ckpt.join("__0_0.distcp");
+    let len = fs::metadata(&rank0).unwrap().len();
+    fs::File::options()
+        .write(true)
+        .open(&rank0)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let e = std::os::unix::fs::FileExt::read_exact_at(&held, &mut buf, 0).unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::ESTALE)),
+        "{e}"
+    );
+    drop(held);
+    m.unmount().unwrap();
+}
