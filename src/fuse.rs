@@ -196,15 +196,21 @@ impl fs::read::ReplyData for ReadReply {
         let mut header = [0u8; OUT_HEADER];
         header[..4].copy_from_slice(&total.to_ne_bytes());
         header[8..].copy_from_slice(&self.unique.to_ne_bytes());
-        if let Err(e) = sys::write_message(device.as_fd(), &header, bufs) {
-            // As fuser does with a reply the kernel refuses (the request was interrupted, or a
-            // page of a source cut short failed to copy, which the kernel answers with EIO).
-            debug!("inode {}: read reply not sent: {e}", self.ino);
+        match sys::write_message(device.as_fd(), &header, bufs) {
+            // Sent; or ENOENT: the request is gone (interrupted), so nothing is to be sent.
+            // fuser cannot be told, and would answer EIO when its reply is dropped: forgetting it
+            // leaves a count on its handle of the device (an integer, nothing allocated), which
+            // stays open until the daemon exits, as it would anyway.
+            Ok(()) => std::mem::forget(self.reply),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => std::mem::forget(self.reply),
+            // Anything else may have left the request waiting: answered EIO rather than never.
+            // (Where the kernel did take it, failing the copy of a page, it answered EIO itself
+            // and this reply is refused, which fuser logs.)
+            Err(e) => {
+                debug!("inode {}: read reply not sent: {e}", self.ino);
+                self.reply.error(Errno::EIO);
+            }
         }
-        // fuser cannot be told that the reply was sent, and would answer EIO when it is
-        // dropped: forgetting it leaves a count on its handle of the device (an integer, nothing
-        // allocated), which stays open until the daemon exits, as it would anyway.
-        std::mem::forget(self.reply);
         Ok(())
     }
 

@@ -161,18 +161,23 @@ pub trait Computed: Send + Sync + std::fmt::Debug {
     /// [`Description::files`]`[file]` (`at` from that file's start).
     fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
 
-    /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as one stretch of one
-    /// of the description's data files (its index there, and where the stretch starts), if they
-    /// do: a read of them is then a plain read of that file.
-    fn stretch(&self, _offset: u64, _len: u64) -> Option<(u32, u64)> {
-        None
-    }
-
     /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as stretches of the
     /// description's data files, in order: `run(file, at, len)` for each. False (and `run` not
     /// called) where they are not stored as they are.
     fn runs(&self, _offset: u64, _len: u64, _run: &mut dyn FnMut(u32, u64, u64)) -> bool {
         false
+    }
+
+    /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as one stretch of one
+    /// of the description's data files (its index there, and where the stretch starts), if they
+    /// do: a read of them is then a plain read of that file.
+    fn stretch(&self, offset: u64, len: u64) -> Option<(u32, u64)> {
+        let (mut first, mut count) = (None, 0);
+        let stored = self.runs(offset, len, &mut |f, at, _| {
+            first.get_or_insert((f, at));
+            count += 1;
+        });
+        first.filter(|_| stored && count == 1)
     }
 }
 

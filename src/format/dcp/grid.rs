@@ -230,16 +230,6 @@ impl Grid {
 }
 
 impl Computed for Grid {
-    fn stretch(&self, offset: u64, len: u64) -> Option<(u32, u64)> {
-        let mut first = None;
-        let mut count = 0;
-        self.runs(offset, len, &mut |f, at, _| {
-            first.get_or_insert((f, at));
-            count += 1;
-        });
-        first.filter(|_| count == 1)
-    }
-
     fn runs(&self, offset: u64, len: u64, run: &mut dyn FnMut(u32, u64, u64)) -> bool {
         Grid::runs(self, offset, len, &mut |f, at, n| run(f, at, n));
         true
