@@ -9,9 +9,39 @@ use serde_json::Value as Json;
 
 use super::dtype::Dtype;
 
-/// Opens a data file a reader names (a plain file name, beside the file it reads) for reading,
-/// within the bounds the caller sets: the mount opens nothing outside SOURCE.
+/// Opens a data file a reader names (a path relative to the file it reads, inside its directory,
+/// as [`inside`] gives it) for reading, within the bounds the caller sets: the mount opens nothing
+/// outside SOURCE.
 pub type OpenData<'a> = dyn Fn(&str) -> std::io::Result<std::fs::File> + 'a;
+
+/// A location a file gives for another (ONNX's external data, a DCP data file) as a path inside
+/// the file's directory (components joined by `/`, `.` and empty ones dropped, `..` taking one
+/// back), or why it is not one: an absolute path, a `..` that leaves the directory, a NUL byte,
+/// nothing. Checked as a string, before anything is opened.
+pub fn inside(location: &str) -> Result<String, &'static str> {
+    if location.starts_with('/') {
+        return Err("an absolute path");
+    }
+    if location.contains('\0') {
+        return Err("a path with a NUL byte");
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in location.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts
+                    .pop()
+                    .ok_or("a path that leaves its file's directory")?;
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err("no file");
+    }
+    Ok(parts.join("/"))
+}
 
 /// A file's tensors and metadata, as its format's reader found them.
 #[derive(Debug)]

@@ -28,6 +28,12 @@ pub trait Broken: fmt::Display + fmt::Debug + Send + Sync + Any {
     /// Whether the file ends too soon for what it declares: what a file still being written
     /// looks like.
     fn cut_short(&self) -> bool;
+    /// Whether what is wrong lies in another file the file names (a data file missing, too
+    /// short, or not what the file says), which may yet change while the file stays the same:
+    /// the file is read again once that file's directory changes.
+    fn in_other_file(&self) -> bool {
+        false
+    }
 }
 
 /// The guess at the cause added to the messages of files that end too soon.
@@ -95,6 +101,11 @@ impl FormatError {
     /// looks like.
     pub fn cut_short(&self) -> bool {
         matches!(self, FormatError::Invalid(_, e) if e.cut_short())
+    }
+
+    /// Whether what is wrong lies in another file the file names (see [`Broken::in_other_file`]).
+    pub fn in_other_file(&self) -> bool {
+        matches!(self, FormatError::Invalid(_, e) if e.in_other_file())
     }
 }
 

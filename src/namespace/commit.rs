@@ -214,8 +214,9 @@ impl<'a> Commit<'a> {
 fn same_file(a: &Node, b: &Node) -> bool {
     a.attr == b.attr
         && match (&a.content, &b.content) {
+            // The same version (a file whose description is read again is a new source of it).
             (Content::Mirror { source: x, .. }, Content::Mirror { source: y, .. }) => {
-                Arc::ptr_eq(x, y)
+                x.version == y.version
             }
             (
                 Content::Tensor {

@@ -53,15 +53,20 @@ pub struct DirInput<'a> {
     pub ancestors: &'a [FileId],
 }
 
+/// A directory's entries as [`Walk::entries`] drafts them.
+pub struct Entries {
+    /// Its files and directories (unchanged directories kept whole), then the generated
+    /// directories its files ask for.
+    pub drafts: Vec<Draft>,
+    /// Those generated directories, with the sources they are built from.
+    pub generated: Vec<Generated>,
+    /// See [`Record::reads_below`].
+    pub reads_below: Vec<PathBuf>,
+}
+
 impl Walk<'_> {
-    /// The drafts of a directory's entries: its files and directories (unchanged directories
-    /// kept whole), then the generated directories its files ask for; and those generated
-    /// directories with the sources they are built from.
-    pub fn entries(
-        &mut self,
-        d: &DirInput<'_>,
-        budget: &mut usize,
-    ) -> Result<(Vec<Draft>, Vec<Generated>), BuildError> {
+    /// The drafts of a directory's entries, and what its record keeps of them.
+    pub fn entries(&mut self, d: &DirInput<'_>, budget: &mut usize) -> Result<Entries, BuildError> {
         let mut drafts = Vec::new();
         let mut files: Vec<(Arc<[u8]>, Arc<Source>)> = Vec::new();
         let wanted: Vec<(&Path, &Metadata)> = d
@@ -123,7 +128,15 @@ impl Walk<'_> {
         // A data file below the directory (a model's `weights/part1`), as the scan of that
         // directory opened it.
         let registry = &mut *self.registry;
+        let mut below: Vec<PathBuf> = Vec::new();
         let mut open = |path: &Path| {
+            if let Some(dir) = path.parent()
+                && dir.starts_with(d.path)
+                && dir != d.path
+                && !below.iter().any(|b| b == dir)
+            {
+                below.push(dir.to_path_buf());
+            }
             let meta = std::fs::metadata(path).ok()?;
             registry.get(path, &meta).ok()
         };
@@ -136,6 +149,9 @@ impl Walk<'_> {
             &mut open,
             budget,
         )?;
+        // A file whose description failed on a data file it names, wherever that lies: any
+        // change below reads it again.
+        let read_again = files.iter().any(|(_, s)| s.read_again());
         let mut errors = interpreted.errors;
         // A store's descriptors say why a model is not shown on their own files.
         if let Some((format, root, below)) = stores::descriptors_in(self.policy, d.path) {
@@ -208,7 +224,14 @@ impl Walk<'_> {
                 drafts.push(draft);
             }
         }
-        Ok((drafts, shown))
+        if read_again {
+            below.push(d.path.to_path_buf());
+        }
+        Ok(Entries {
+            drafts,
+            generated: shown,
+            reads_below: below,
+        })
     }
 
     /// The old inode of a subdirectory that is still the same directory, kept whole.
@@ -276,9 +299,10 @@ impl Walk<'_> {
             old: None,
             ancestors: &chain,
         };
-        let (children, generated) = self.entries(&input, budget)?;
-        record.generated = generated;
-        Ok((record, children))
+        let entries = self.entries(&input, budget)?;
+        record.generated = entries.generated;
+        record.reads_below = entries.reads_below;
+        Ok((record, entries.drafts))
     }
 }
 

@@ -23,6 +23,11 @@ pub struct Record {
     pub flux: Flux,
     /// The generated directories shown, each with the sources it was built from.
     pub generated: Vec<Generated>,
+    /// The directories below this one where its files' descriptions look for data files (an
+    /// ONNX model's `weights/`, a DCP `relative_path` into a subdirectory), found or not, and
+    /// this one's own path where a description failed on a data file it names (which may lie
+    /// anywhere below): a change there rebuilds this directory.
+    pub reads_below: Vec<PathBuf>,
 }
 
 /// A generated directory shown, and the sources it was built from: while they are the same, it
@@ -43,6 +48,7 @@ impl Record {
             gone: false,
             flux: Flux::default(),
             generated: Vec::new(),
+            reads_below: Vec::new(),
         }
     }
 }

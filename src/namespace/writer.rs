@@ -156,9 +156,9 @@ impl Writer {
         let mut c = Commit::new(old, self.next_ino);
         let mut queue: VecDeque<Ino> = dirs.iter().copied().collect();
         let mut done = HashSet::new();
-        // Stores whose models are shown again, whatever their own scan says: something below
-        // changed.
-        let mut stores = HashSet::new();
+        // Directories rebuilt whatever their own scan says, as something below them changed: a
+        // store, its descriptors' directories, a directory whose files read data files below.
+        let mut forced = HashSet::new();
         let mut budget = MAX_NODES.saturating_sub(old.node_count() as usize);
         while let Some(d) = queue.pop_front() {
             if !done.insert(d) || c.table.get(d).is_none() {
@@ -168,8 +168,8 @@ impl Writer {
                 continue;
             };
             let rescanned = c.diff.rescanned.len();
-            let forced = stores.contains(&d);
-            let gone = match self.rebuild(&mut c, old, d, &mut rec, forced, &mut budget) {
+            let force = forced.contains(&d);
+            let gone = match self.rebuild(&mut c, old, d, &mut rec, force, &mut budget) {
                 Ok(gone) => gone,
                 Err(e) => {
                     error!("{e}; that change is not shown");
@@ -181,24 +181,48 @@ impl Writer {
             }
             let changed = gone || c.diff.rescanned.len() > rescanned;
             let parent = rec.parent;
+            let path = rec.path.clone();
             self.records.insert(d, rec);
+            if !changed {
+                continue;
+            }
+            let mut again = self.reading_below(parent, &path);
             // A store's models are shown again, and its descriptors say again why one is not:
             // a blob that arrived, a manifest written.
-            if changed
-                && let Some(store) = self.store_above(parent)
-                && stores.insert(store)
+            if let Some(store) = self.store_above(parent)
+                && !forced.contains(&store)
             {
-                done.remove(&store);
-                queue.push_back(store);
-                for dir in self.descriptor_dirs(store) {
-                    if stores.insert(dir) {
-                        done.remove(&dir);
-                        queue.push_back(dir);
-                    }
+                again.push(store);
+                again.extend(self.descriptor_dirs(store));
+            }
+            for dir in again {
+                if forced.insert(dir) {
+                    done.remove(&dir);
+                    queue.push_back(dir);
                 }
             }
         }
         self.finish(c, old)
+    }
+
+    /// The directories at or above `dir` whose files read data files at, above or below
+    /// `changed` (see [`Record::reads_below`]).
+    fn reading_below(&self, mut dir: Option<Ino>, changed: &Path) -> Vec<Ino> {
+        let mut out = Vec::new();
+        while let Some(d) = dir {
+            let Some(rec) = self.records.get(&d) else {
+                break;
+            };
+            if rec
+                .reads_below
+                .iter()
+                .any(|b| b.starts_with(changed) || changed.starts_with(b))
+            {
+                out.push(d);
+            }
+            dir = rec.parent;
+        }
+        out
     }
 
     /// The nearest directory at or above `dir` that holds a store (see [`stores`]), within the
@@ -390,14 +414,16 @@ impl Writer {
             old: Some((old, d)),
             ancestors: &ancestors,
         };
-        let (children, generated) = match self.walk().entries(&input, budget) {
+        let entries = match self.walk().entries(&input, budget) {
             Ok(drafted) => drafted,
             Err(e) => {
                 rec.scan = previous;
                 return Err(e);
             }
         };
-        rec.generated = generated;
+        rec.generated = entries.generated;
+        rec.reads_below = entries.reads_below;
+        let children = entries.drafts;
         let Some(node) = old.node(d) else {
             return Ok(false);
         };

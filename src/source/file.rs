@@ -201,6 +201,15 @@ impl Source {
         self.describe_in(format, None)
     }
 
+    /// Whether a description of it failed on another file it names (see
+    /// [`crate::format::FormatError::in_other_file`]), which may have changed since while this
+    /// version did not: the registry then opens it again, and the new source reads it again.
+    pub fn read_again(&self) -> bool {
+        self.described.iter().any(|d| {
+            matches!(d.get(), Some(Err(e)) if matches!(&**e, DescribeError::Invalid(f) if f.in_other_file()))
+        })
+    }
+
     /// [`Source::describe`], the data files its reader opens (if it is read now) looked for in
     /// `dir`, the directory it is claimed in (which a file reached through links has several of),
     /// else where it was found.

@@ -89,9 +89,11 @@ impl Registry {
         source
     }
 
+    /// The source open for `version`, unless its description is to be read again (see
+    /// [`Source::read_again`]).
     fn live(&self, version: &Version) -> Option<Arc<Source>> {
         let s = self.by_id.get(&version.id)?.upgrade()?;
-        (s.version == *version).then_some(s)
+        (s.version == *version && !s.read_again()).then_some(s)
     }
 
     /// Forgets sources no snapshot uses any more.

@@ -320,6 +320,11 @@ def broken(directory):
 
     variant("absolute", relocate("/etc/passwd"))
     variant("escaping", relocate("../good/__1_0.distcp"))
+    # Not broken: a data file in a subdirectory of the checkpoint (torch's reader joins the
+    # checkpoint's path and relative_path, as for any other).
+    below = variant("subdir", relocate("data/__1_0.distcp"))
+    os.makedirs(os.path.join(below, "data"))
+    os.rename(os.path.join(below, "__1_0.distcp"), os.path.join(below, "data/__1_0.distcp"))
 
     def overlap(m):
         w = m.state_dict_metadata["model.0.weight"]

@@ -271,7 +271,8 @@ fn traps_in_metadata_or_objects_are_named_and_nothing_runs() {
 
 /// A directory being written (its `.distcp` files, no `.metadata`) shows no tensors; once the
 /// writer renames `.metadata.tmp` to `.metadata`, the model appears without a remount; a
-/// `.distcp` rewritten under an unchanged `.metadata` is refused until `.metadata` changes.
+/// `.distcp` rewritten under an unchanged `.metadata` is refused until `.metadata` changes; a
+/// checkpoint copied `.metadata` first appears once its data file is whole.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn a_checkpoint_appears_once_its_metadata_lands() {
@@ -323,13 +324,41 @@ fn a_checkpoint_appears_once_its_metadata_lands() {
     std::io::Read::read_to_end(&mut &held, &mut again).unwrap();
     assert_eq!(again, bytes);
     drop(held);
+    // A checkpoint copied `.metadata` first (`rsync` copies in name order, `.metadata` before
+    // `__0_0.distcp`): refused while its data file is missing, then cut short, and shown once
+    // the data file is whole, `.metadata` untouched.
+    let copied = src.join("copied");
+    fs::create_dir_all(&copied).unwrap();
+    fs::copy(benign.join(".metadata"), copied.join(".metadata")).unwrap();
+    let error = || getxattr(&m.path("copied/.metadata"), "user.tensormount.error");
+    wait_refreshed(&m.path(""), "the data file is missing", || {
+        error().is_some_and(|e| e.contains("\"__0_0.distcp\" is missing [DataFile]"))
+    });
+    let data = fs::read(benign.join("__0_0.distcp")).unwrap();
+    fs::write(copied.join("__0_0.distcp"), &data[..data.len() / 2]).unwrap();
+    wait_refreshed(&m.path(""), "the data file is cut short", || {
+        error().is_some_and(|e| !e.contains("is missing"))
+    });
+    assert!(!m.path("copied/checkpoint.tensors").exists());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(copied.join("__0_0.distcp"), &data).unwrap();
+    wait_refreshed(&m.path(""), "the copied checkpoint appears", || {
+        m.path("copied/checkpoint.tensors/model.w").exists()
+    });
+    assert_eq!(
+        fs::read(m.path("copied/checkpoint.tensors/model.w")).unwrap(),
+        bytes
+    );
+    assert_eq!(error(), None);
     m.unmount().unwrap();
 }
 
 /// Broken checkpoints, each named on its `.metadata` with its rule, beside a good one the daemon
 /// serves on: `.metadata` cut short, a `.distcp` missing or cut short, a `relative_path` that is
 /// absolute or leaves the directory, chunks that overlap, leave a hole or lie past the shape,
-/// transformed chunks, an archive of another dtype than the metadata's, an absurd size.
+/// transformed chunks, an archive of another dtype than the metadata's, an absurd size. And one
+/// that is not broken: a `relative_path` into a subdirectory of the checkpoint, read as torch
+/// reads it.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn broken_checkpoints_are_named_on_their_metadata() {
@@ -348,7 +377,7 @@ fn broken_checkpoints_are_named_on_their_metadata() {
         (
             "escaping",
             "[BadLocation]",
-            "leaves the checkpoint's directory",
+            "a path that leaves its file's directory",
         ),
         ("overlap", "[Coverage]", "overlap"),
         ("transformed", "[Transformed]", "transform_descriptors"),
@@ -377,6 +406,17 @@ fn broken_checkpoints_are_named_on_their_metadata() {
     }
     let good = m.path("good/model.safetensors");
     assert!(fs::read(&good).unwrap().len() > 1000);
+    assert!(consolidated_as_torch_does(&py, &m, &src, "subdir", "model.") > 0);
+    // That data file taken away and put back: followed below the checkpoint as beside it.
+    let data = src.join("subdir/data/__1_0.distcp");
+    let away = tmp.join("away.distcp");
+    fs::rename(&data, &away).unwrap();
+    let weight = m.path("subdir/checkpoint.tensors/model.0.weight");
+    wait_refreshed(&m.path(""), "the data file is gone", || !weight.exists());
+    let error = getxattr(&m.path("subdir/.metadata"), "user.tensormount.error").unwrap();
+    assert!(error.contains("\"data/__1_0.distcp\""), "{error}");
+    fs::rename(&away, &data).unwrap();
+    wait_refreshed(&m.path(""), "the data file is back", || weight.exists());
     m.unmount().unwrap();
 }
 

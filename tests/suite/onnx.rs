@@ -216,8 +216,8 @@ fn the_models_registry_packages_ship_are_as_onnx_reads_them() {
 /// where its bytes are (what a GPU loader reads), and the virtual safetensors file holds them.
 /// Refused, each by its rule: a location that is absolute or leaves the model's directory (the
 /// file there exists; nothing is opened), an offset past the data file's end, a missing data
-/// file, a length that is not the tensor's. Then a data file replaced while mounted: its tensors
-/// follow it.
+/// file, a length that is not the tensor's. Then a data file replaced while mounted, beside the
+/// model or in a subdirectory: its tensors follow it.
 #[test]
 #[cfg_attr(not(tensormount_fuse), ignore = "needs root and /dev/fuse")]
 fn external_data_is_read_from_the_files_the_model_names() {
@@ -287,25 +287,28 @@ fn external_data_is_read_from_the_files_the_model_names() {
         );
     }
 
-    // The data file replaced (renamed into place) while mounted: the tensors follow it.
-    let data = src.join("one/model.onnx_data");
-    let w0 = m.path("one/model.tensors/w0");
-    let before = fs::read(&w0).unwrap();
-    let offset: u64 = getxattr(&w0, "user.safetensors.offset")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut bytes = fs::read(&data).unwrap();
-    for b in &mut bytes[offset as usize..offset as usize + before.len()] {
-        *b ^= 0x5a;
+    // A data file replaced (renamed into place) while mounted, beside the model and in a
+    // subdirectory of its directory: the tensors follow it.
+    for (sub, data) in [("one", "model.onnx_data"), ("nested", "weights/data.bin")] {
+        let data = src.join(sub).join(data);
+        let w0 = m.path(format!("{sub}/model.tensors/w0"));
+        let before = fs::read(&w0).unwrap();
+        let offset: u64 = getxattr(&w0, "user.safetensors.offset")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut bytes = fs::read(&data).unwrap();
+        for b in &mut bytes[offset as usize..offset as usize + before.len()] {
+            *b ^= 0x5a;
+        }
+        let tmp_data = data.with_extension("tmp");
+        fs::write(&tmp_data, &bytes).unwrap();
+        fs::rename(&tmp_data, &data).unwrap();
+        let want: Vec<u8> = before.iter().map(|b| b ^ 0x5a).collect();
+        wait_refreshed(&m.dir, "w0 from the new data file", || {
+            fs::read(&w0).is_ok_and(|now| now == want)
+        });
     }
-    let tmp_data = src.join("one/.model.onnx_data.tmp");
-    fs::write(&tmp_data, &bytes).unwrap();
-    fs::rename(&tmp_data, &data).unwrap();
-    let want: Vec<u8> = before.iter().map(|b| b ^ 0x5a).collect();
-    wait_refreshed(&m.dir, "w0 from the new data file", || {
-        fs::read(&w0).is_ok_and(|now| now == want)
-    });
     m.unmount().unwrap();
 }
 

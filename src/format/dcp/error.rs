@@ -18,8 +18,7 @@ pub enum Rule {
     NotMetadata,
     /// A chunk or object with no storage in `storage_data`.
     NoStorage,
-    /// A storage whose `relative_path` is absolute, leaves the checkpoint's directory, or lies
-    /// in a subdirectory of it.
+    /// A storage whose `relative_path` is absolute or leaves the checkpoint's directory.
     BadLocation,
     /// A data file that is missing, not a regular file, or cannot be read.
     DataFile,
@@ -92,5 +91,15 @@ impl Broken for DcpError {
 
     fn cut_short(&self) -> bool {
         self.cut_short
+    }
+
+    /// A data file missing or unreadable, too short for a chunk, or holding another archive than
+    /// the metadata says: a checkpoint copied with its `.metadata` first (`cp -r`, `rsync`), or
+    /// a data file replaced, is read again as its data files arrive.
+    fn in_other_file(&self) -> bool {
+        matches!(
+            self.rule,
+            Rule::DataFile | Rule::ChunkPastFile | Rule::ChunkArchive
+        )
     }
 }

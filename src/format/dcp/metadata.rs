@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::error::{DcpError, Rule};
+use crate::format::description::inside;
 use crate::format::pytorch::danger::globals_outside;
 use crate::format::pytorch::dtypes::{Elem, dtype_global};
 use crate::format::pytorch::pickle::{self, Id, Pickle, SeqKind, Value};
@@ -443,35 +444,31 @@ impl Storage<'_> {
 /// The data files named so far.
 #[derive(Default)]
 pub(super) struct Files {
-    names: Vec<Box<str>>,
+    pub(super) names: Vec<Box<str>>,
     by_name: HashMap<String, u32>,
 }
 
 impl Files {
     /// The index of the data file `path` (of the storage of `fqn`), checked to lie in the
-    /// checkpoint's directory.
+    /// checkpoint's directory or below it ([`inside`]); two spellings of one path are one file.
     pub(super) fn index(&mut self, path: &str, fqn: &str) -> Result<u32, DcpError> {
         if let Some(&i) = self.by_name.get(path) {
             return Ok(i);
         }
-        let why = if path.starts_with('/') {
-            Some("is absolute")
-        } else if path.split('/').any(|c| c == "..") {
-            Some("leaves the checkpoint's directory")
-        } else if path.contains('/') || path.is_empty() || path == "." || path.contains('\0') {
-            Some("is not a file of the checkpoint's directory (DCP's writer writes none elsewhere)")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(DcpError::new(
+        let name = inside(path).map_err(|why| {
+            DcpError::new(
                 Rule::BadLocation,
-                format!("the data file {path:?} of `{fqn}` {why}"),
-            ));
+                format!("the data file {path:?} of `{fqn}` is {why}"),
+            )
+        })?;
+        if let Some(&i) = self.by_name.get(&name) {
+            self.by_name.insert(path.to_string(), i);
+            return Ok(i);
         }
         let i = u32::try_from(self.names.len())
             .map_err(|_| DcpError::new(Rule::TooLarge, "more data files than can be counted"))?;
-        self.names.push(path.into());
+        self.names.push(name.as_str().into());
+        self.by_name.insert(name, i);
         self.by_name.insert(path.to_string(), i);
         Ok(i)
     }

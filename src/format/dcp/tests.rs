@@ -231,19 +231,23 @@ fn data_files_must_lie_in_the_checkpoint_directory() {
     let mut names = Files::default();
     let mut files = |path: &str| names.index(path, "w");
     for (path, why) in [
-        ("/etc/passwd", "is absolute"),
+        ("/etc/passwd", "is an absolute path"),
         ("../x.distcp", "leaves"),
         ("a/../../x", "leaves"),
-        (
-            "sub/x.distcp",
-            "is not a file of the checkpoint's directory",
-        ),
+        ("", "no file"),
+        ("x\0y", "NUL"),
     ] {
         let e = files(path).unwrap_err();
         assert_eq!(e.rule, Rule::BadLocation);
         assert!(e.what.contains(why), "{path}: {}", e.what);
     }
     assert_eq!(files("__0_0.distcp").unwrap(), 0);
+    // A subdirectory is inside; two spellings of one path are one file.
+    assert_eq!(files("data/__1_0.distcp").unwrap(), 1);
+    assert_eq!(files("./data//__1_0.distcp").unwrap(), 1);
+    assert_eq!(files("data/../__0_0.distcp").unwrap(), 0);
+    assert_eq!(names.names.len(), 2);
+    assert_eq!(&*names.names[1], "data/__1_0.distcp");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use graph::{Found, MAX_NAME, Value};
 use tensor::{Bytes, Storage, Typed, element_type};
 use wire::{At, Spans, Window, Wire};
 
-use super::description::{Conversion, Description, NotOffered, Tensor};
+use super::description::{Conversion, Description, NotOffered, Tensor, inside};
 use super::dtype::Dtype;
 use super::error::FormatError;
 
@@ -93,34 +93,6 @@ impl Files {
             next
         })
     }
-}
-
-/// External data's `location` as a path inside the model's directory (components joined by
-/// `/`, `.` and empty ones dropped, `..` taking one back), or why it is not one: an absolute
-/// path, a `..` that leaves the directory, a NUL byte, nothing.
-fn location(l: &str) -> Result<String, &'static str> {
-    if l.starts_with('/') {
-        return Err("an absolute path");
-    }
-    if l.contains('\0') {
-        return Err("a path with a NUL byte");
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in l.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts
-                    .pop()
-                    .ok_or("a path that leaves the model's directory")?;
-            }
-            p => parts.push(p),
-        }
-    }
-    if parts.is_empty() {
-        return Err("no file");
-    }
-    Ok(parts.join("/"))
 }
 
 /// `name`, or where it is taken, `path` + `name`, then with `#2`, `#3`... after it.
@@ -430,7 +402,7 @@ fn external(
     let Some(loc) = value("location") else {
         return Err(bad("has external data with no location".into()));
     };
-    let checked = location(loc).map_err(|why| OnnxError::BadLocation {
+    let checked = inside(loc).map_err(|why| OnnxError::BadLocation {
         name: p.name.clone(),
         location: loc.to_string(),
         why,

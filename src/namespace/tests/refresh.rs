@@ -417,6 +417,43 @@ fn strict_applies_at_mount_only() {
     assert!(Writer::build(&sources(), d.path(), &strict).is_err());
 }
 
+/// A DCP checkpoint copied `.metadata` first: refused while a data file it names is missing,
+/// and read again (a new source of the same `.metadata`, which keeps its inode) once that data
+/// file arrives, though `.metadata` did not change.
+#[test]
+fn a_checkpoint_is_read_again_when_a_data_file_it_missed_arrives() {
+    let d = Dir::new("namespace");
+    let made = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/format/dcp/testdata/tp");
+    fs::create_dir(d.join("ckpt")).unwrap();
+    for name in [".metadata", "__0_0.distcp"] {
+        fs::copy(made.join(name), d.join("ckpt").join(name)).unwrap();
+    }
+    let mut m = Mount::new(d.path(), SETTLE);
+    assert_eq!(names(&m.snap, "ckpt"), [".metadata", "__0_0.distcp"]);
+    let metadata = at(&m.snap, "ckpt/.metadata").unwrap();
+    let error = m.snap.xattr(metadata, "user.tensormount.error").unwrap();
+    let error = String::from_utf8(error).unwrap();
+    assert!(
+        error.contains("\"__1_0.distcp\" is missing [DataFile]"),
+        "{error}"
+    );
+    // Asked again with nothing changed, it is not read again.
+    let ckpt = at(&m.snap, "ckpt").unwrap();
+    let (snap, diff) = m.writer.rescan(&m.snap, &[ckpt]);
+    assert!(diff.rescanned.is_empty());
+    m.snap = snap;
+
+    let tmp = d.join("ckpt/.incoming");
+    fs::copy(made.join("__1_0.distcp"), &tmp).unwrap();
+    fs::rename(&tmp, d.join("ckpt/__1_0.distcp")).unwrap();
+    let (snap, _) = m.writer.rescan(&m.snap, &[ckpt]);
+    m.snap = snap;
+    assert!(at(&m.snap, "ckpt/checkpoint.tensors").is_some());
+    assert!(at(&m.snap, "ckpt/model.safetensors").is_some());
+    assert_eq!(at(&m.snap, "ckpt/.metadata"), Some(metadata));
+    assert_eq!(m.snap.xattr(metadata, "user.tensormount.error"), None);
+}
+
 #[test]
 fn only_the_directories_asked_for_are_read_again() {
     let d = Dir::new("namespace");
