@@ -374,11 +374,7 @@ fn broken_checkpoints_are_named_on_their_metadata() {
         ("missing", "[DataFile]", "\"__1_0.distcp\" is missing"),
         ("short", "[ChunkPastFile]", "which has 1000 bytes"),
         ("absolute", "[BadLocation]", "\"/etc/passwd\""),
-        (
-            "escaping",
-            "[BadLocation]",
-            "a path that leaves its file's directory",
-        ),
+        ("escaping", "[BadLocation]", "is a path with a `..` in it"),
         ("overlap", "[Coverage]", "overlap"),
         ("transformed", "[Transformed]", "transform_descriptors"),
         ("absurd", "[TooLarge]", "[1099511627776, 1099511627776]"),

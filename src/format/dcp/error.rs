@@ -18,7 +18,7 @@ pub enum Rule {
     NotMetadata,
     /// A chunk or object with no storage in `storage_data`.
     NoStorage,
-    /// A storage whose `relative_path` is absolute or leaves the checkpoint's directory.
+    /// A storage whose `relative_path` is absolute, has a `..` in it, or names no file.
     BadLocation,
     /// A data file that is missing, not a regular file, or cannot be read.
     DataFile,

@@ -455,7 +455,13 @@ impl Files {
         if let Some(&i) = self.by_name.get(path) {
             return Ok(i);
         }
-        let name = inside(path).map_err(|why| {
+        // torch joins `relative_path` to the checkpoint's path as it is, so a `..` (which its
+        // writer never writes) is refused rather than read as `inside` would resolve it.
+        let checked = match path.split('/').any(|c| c == "..") {
+            true => Err("a path with a `..` in it"),
+            false => inside(path),
+        };
+        let name = checked.map_err(|why| {
             DcpError::new(
                 Rule::BadLocation,
                 format!("the data file {path:?} of `{fqn}` is {why}"),

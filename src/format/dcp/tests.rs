@@ -232,8 +232,9 @@ fn data_files_must_lie_in_the_checkpoint_directory() {
     let mut files = |path: &str| names.index(path, "w");
     for (path, why) in [
         ("/etc/passwd", "is an absolute path"),
-        ("../x.distcp", "leaves"),
-        ("a/../../x", "leaves"),
+        ("../x.distcp", "`..`"),
+        ("a/../../x", "`..`"),
+        ("data/../__0_0.distcp", "`..`"),
         ("", "no file"),
         ("x\0y", "NUL"),
     ] {
@@ -245,7 +246,6 @@ fn data_files_must_lie_in_the_checkpoint_directory() {
     // A subdirectory is inside; two spellings of one path are one file.
     assert_eq!(files("data/__1_0.distcp").unwrap(), 1);
     assert_eq!(files("./data//__1_0.distcp").unwrap(), 1);
-    assert_eq!(files("data/../__0_0.distcp").unwrap(), 0);
     assert_eq!(names.names.len(), 2);
     assert_eq!(&*names.names[1], "data/__1_0.distcp");
 }
