@@ -48,7 +48,7 @@ _tensormount() {
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "allow_other allow_root auto_unmount fsname= strict npy dtype=f32 dtype=f64 pickle=on pickle=off gguf=on gguf=off onnx=on onnx=off ollama=on ollama=off dcp=on dcp=off dcp_model=auto dcp_model=all dcp_model=GROUP verify layout=flat layout=tree refresh=auto refresh=inotify refresh=poll refresh=off refresh_interval= settle= source_idle= direct_io kernel_cache noexec rw" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "allow_other allow_root auto_unmount fsname= strict npy dtype=f32 dtype=f64 pickle=on pickle=off gguf=on gguf=off onnx=on onnx=off ollama=on ollama=off dcp=on dcp=off dcp_model=auto dcp_model=all dcp_model=GROUP verify layout=flat layout=tree refresh=auto refresh=inotify refresh=poll refresh=off refresh_interval= settle= source_idle= decode_cache= direct_io kernel_cache noexec rw" -- "${cur}"))
                     return 0
                     ;;
                 *)

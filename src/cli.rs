@@ -7,10 +7,11 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
-use crate::format::Format;
 use crate::format::widen::Target;
+use crate::format::{Format, Settings};
 use crate::namespace::{DEFAULT_SETTLE, Layout};
 use crate::refresh::{self, Mode};
+use crate::source::DEFAULT_DECODE_CACHE;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 ///
@@ -214,6 +215,11 @@ const OPTIONS: &[(&str, &str)] = &[
         "a source unused for this long is closed, default 30",
     ),
     (
+        "decode_cache=SIZE",
+        "the most bytes of decoded chunks (compressed or byte-swapped tensors) kept, so that a \
+         sequential read decodes each chunk once; default 256M (K, M and G allowed; 0 keeps none)",
+    ),
+    (
         "direct_io",
         "the default: files the kernel does not read straight from a local source (tensor files, \
          views, virtual files) are read with direct I/O, so their bytes are cached once, in the \
@@ -341,8 +347,8 @@ pub struct MountOptions {
     pub layout: Layout,
     /// `pickle=off`, `gguf=off`: the formats not read.
     pub off: Vec<Format>,
-    /// The formats' own options (`dcp_model=all`), by format, in the order given.
-    pub settings: Vec<(Format, String)>,
+    /// The formats' own options (`dcp_model=all`), parsed by their formats.
+    pub settings: Settings,
     /// `verify`: weight files with a recorded digest are hashed in the background.
     pub verify: bool,
     /// How the mount follows changes of SOURCE.
@@ -351,6 +357,8 @@ pub struct MountOptions {
     pub settle: Duration,
     /// A source unused for this long is closed (its descriptor and mapping).
     pub source_idle: Duration,
+    /// `decode_cache=`: the most bytes of decoded chunks kept.
+    pub decode_cache: u64,
     /// `kernel_cache`: the mount's page cache for every file, instead of direct I/O.
     pub kernel_cache: bool,
 }
@@ -368,11 +376,12 @@ impl Default for MountOptions {
             widen: None,
             layout: Layout::Flat,
             off: Vec::new(),
-            settings: Vec::new(),
+            settings: Settings::default(),
             verify: false,
             refresh: refresh::Settings::default(),
             settle: DEFAULT_SETTLE,
             source_idle: DEFAULT_SOURCE_IDLE,
+            decode_cache: DEFAULT_DECODE_CACHE,
             kernel_cache: false,
         }
     }
@@ -438,7 +447,7 @@ impl MountOptions {
                 ("layout", Some("flat")) => opts.layout = Layout::Flat,
                 ("layout", Some("tree")) => opts.layout = Layout::Tree,
                 (name, Some(value)) if let Some(format) = set_by(name) => {
-                    opts.settings.push((format, value.to_string()));
+                    opts.settings.set(format, value)?;
                 }
                 (name, value) if let Some(format) = toggled(name) => match value {
                     Some("on") => opts.off.retain(|f| *f != format),
@@ -492,6 +501,14 @@ impl MountOptions {
                         ));
                     }
                 },
+                ("decode_cache", Some(v)) => match size(v) {
+                    Some(n) => opts.decode_cache = n,
+                    None => {
+                        return Err(format!(
+                            "mount option `{opt}`: a size in bytes, or with K, M or G (256M)"
+                        ));
+                    }
+                },
                 ("fsname", Some(v)) if !v.is_empty() => opts.fsname = Some(v.to_string()),
                 ("rw", None) => {}
                 ("comment", Some(_)) => {}
@@ -513,6 +530,18 @@ fn seconds(v: &str) -> Option<Duration> {
     (s.is_finite() && (0.0..=86400.0).contains(&s)).then(|| Duration::from_secs_f64(s))
 }
 
+/// A size in bytes, or in KiB, MiB or GiB with a suffix `K`, `M` or `G` (`256M`); at most 1 TiB.
+fn size(v: &str) -> Option<u64> {
+    let (digits, unit) = match v.as_bytes().last()? {
+        b'K' | b'k' => (&v[..v.len() - 1], 1 << 10),
+        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
+        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(unit).filter(|&n| n <= 1 << 40)
+}
+
 /// Splits `a,b\,c` into `a` and `b,c`; empty items are dropped.
 fn split_options(arg: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -530,7 +559,6 @@ fn split_options(arg: &str) -> Vec<String> {
     out
 }
 
-/// The format whose `-o NAME=on|off` option is `name`.
 /// The format whose own option is `name`.
 fn set_by(name: &str) -> Option<Format> {
     Format::ALL
@@ -538,8 +566,11 @@ fn set_by(name: &str) -> Option<Format> {
         .find(|f| f.setting().is_some_and(|s| s.name == name))
 }
 
+/// The format whose `-o NAME=on|off` option is `name`: its toggle, or the format's own name.
 fn toggled(name: &str) -> Option<Format> {
-    Format::ALL.into_iter().find(|f| f.toggle() == Some(name))
+    Format::ALL
+        .into_iter()
+        .find(|f| f.toggle().is_some() && (f.toggle() == Some(name) || f.name() == name))
 }
 
 #[cfg(test)]
@@ -630,6 +661,10 @@ mod tests {
             "settle=1e9",
             "source_idle=-1",
             "source_idle=later",
+            "decode_cache=lots",
+            "decode_cache=-1M",
+            "decode_cache=2T",
+            "decode_cache=",
         ] {
             let e = parse(&[bad]).unwrap_err();
             assert!(e.contains(bad), "{e}");
@@ -647,6 +682,13 @@ mod tests {
         assert_eq!(o.refresh.interval, Duration::from_millis(250));
         assert_eq!(o.settle, Duration::ZERO);
         assert_eq!(o.source_idle, Duration::from_secs(30));
+        assert_eq!(o.decode_cache, 256 << 20);
+        for (v, n) in [("0", 0), ("4096", 4096), ("64K", 64 << 10), ("1g", 1 << 30)] {
+            assert_eq!(
+                parse(&[&format!("decode_cache={v}")]).unwrap().decode_cache,
+                n
+            );
+        }
         assert_eq!(
             parse(&["source_idle=2.5"]).unwrap().source_idle,
             Duration::from_millis(2500)

@@ -65,11 +65,6 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     if helper && args.foreground {
         return Ok(());
     }
-    for (format, value) in &opts.settings {
-        if let Some(s) = format.setting() {
-            (s.set)(value).map_err(|e| format!("mount option `{}={value}`: {e}", s.name))?;
-        }
-    }
     let build = Options {
         strict: opts.strict,
         layout: opts.layout,
@@ -79,7 +74,12 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         off: opts.off.clone(),
     };
     // Every source may hold a descriptor: as many as the hard limit allows.
-    let sources = Sources::new(Clock::system(), sys::raise_descriptor_limit());
+    let sources = Sources::configured(
+        Clock::system(),
+        sys::raise_descriptor_limit(),
+        opts.settings.clone(),
+        opts.decode_cache,
+    );
     if args.list {
         let (_, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
         let rows = tree.list();

@@ -173,11 +173,59 @@ pub struct Tensor {
     pub file: Option<u32>,
 }
 
-/// How a computed tensor reads what it needs: `read(file, bufs, at)` fills `bufs`, one after the
-/// other, with the bytes from byte `at` of the described file (`None`) or of its data file `file`
-/// (see [`Computed::read`]); a reader gives at most [`MAX_SLICES`] buffers a call.
-pub type ReadAt<'a> =
-    dyn FnMut(Option<u32>, &mut [IoSliceMut<'_>], u64) -> std::io::Result<()> + 'a;
+/// What a computed tensor reads what it needs through (see [`Computed::read`]).
+pub trait Reads {
+    /// Fills `bufs`, one after the other, with the bytes from byte `at` of the described file
+    /// (`file` `None`; `at` relative to the description's data start, as a tensor's `begin` is)
+    /// or of its data file [`Description::files`]`[file]` (`at` from that file's start). A
+    /// reader asks for at most [`MAX_SLICES`] buffers a call.
+    fn read_at(
+        &mut self,
+        file: Option<u32>,
+        bufs: &mut [IoSliceMut<'_>],
+        at: u64,
+    ) -> std::io::Result<()>;
+
+    /// The decoded bytes of the chunk stored at `chunk`, from the read path's cache of decoded
+    /// chunks, which keeps them by the version of the file that stores them and where; `decode`
+    /// (given this reader, to read what is stored) makes them only where the cache does not hold
+    /// them. A reader without a cache decodes every time.
+    fn decoded(&mut self, chunk: ChunkAt, decode: &mut Decode<'_>) -> std::io::Result<Arc<[u8]>>;
+}
+
+/// Decodes one chunk, reading what it stores through the reader it is given (see
+/// [`Reads::decoded`]).
+pub type Decode<'a> = dyn FnMut(&mut dyn Reads) -> std::io::Result<Vec<u8>> + 'a;
+
+/// Where a chunk that is decoded is stored: in the described file (`file` `None`, `at` relative
+/// to its data start) or its data file `file`, from byte `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChunkAt {
+    pub file: Option<u32>,
+    pub at: u64,
+}
+
+/// A reader of a computed tensor's bytes: see [`Reads`].
+pub type ReadAt<'a> = dyn Reads + 'a;
+
+/// A function that reads as [`Reads::read_at`] is a reader without a cache (the unit tests').
+impl<F> Reads for F
+where
+    F: FnMut(Option<u32>, &mut [IoSliceMut<'_>], u64) -> std::io::Result<()>,
+{
+    fn read_at(
+        &mut self,
+        file: Option<u32>,
+        bufs: &mut [IoSliceMut<'_>],
+        at: u64,
+    ) -> std::io::Result<()> {
+        self(file, bufs, at)
+    }
+
+    fn decoded(&mut self, _: ChunkAt, decode: &mut Decode<'_>) -> std::io::Result<Arc<[u8]>> {
+        decode(self).map(Arc::from)
+    }
+}
 
 /// Most buffers a [`ReadAt`] call is given (Linux's `IOV_MAX`: what one `preadv` takes).
 pub const MAX_SLICES: usize = 1024;
@@ -186,10 +234,16 @@ pub const MAX_SLICES: usize = 1024;
 /// [`Tensor::computed`]).
 pub trait Computed: Send + Sync + std::fmt::Debug {
     /// Fills `out` with the tensor's bytes from byte `offset` of it, reading what it needs
-    /// through `read(file, buf, at)`: of the described file where `file` is `None` (`at` relative
-    /// to the description's data start, as a tensor's `begin` is), else of its data file
-    /// [`Description::files`]`[file]` (`at` from that file's start).
+    /// through `read` (see [`Reads`]).
     fn read(&self, read: &mut ReadAt<'_>, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
+
+    /// Whether its bytes are decoded from what is stored (inflated, byte-swapped, transposed)
+    /// rather than copied from where they lie: such a tensor is read on the read pool, never on a
+    /// FUSE thread, and gets the chunks it decodes through [`Reads::decoded`], so that each is
+    /// decoded once while the cache keeps it.
+    fn decodes(&self) -> bool {
+        false
+    }
 
     /// Where bytes `[offset, offset + len)` of the tensor lie as they are, as stretches of the
     /// description's data files, in order: `run(file, at, len)` for each. False (and `run` not

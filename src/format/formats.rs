@@ -8,8 +8,9 @@ use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::description::{Description, OpenData};
+use super::description::Description;
 use super::error::FormatError;
+use super::input::{Input, Parsed};
 use super::listing::Listing;
 use super::{dcp, gguf, ollama, onnx, pytorch, safetensors};
 use crate::digest::Sha256;
@@ -18,19 +19,25 @@ use crate::digest::Sha256;
 #[derive(Clone, Copy)]
 pub struct Format(&'static Spec);
 
-/// What a format declares.
+/// What a format declares, in five groups. A format writes only what differs from [`DEFAULT`].
 struct Spec {
-    /// Its name in messages and in `--list --json`.
+    /// Its name in messages, in `--list --json`, and of its folder in `src/format/`.
     name: &'static str,
     /// The files it claims, and the role each plays. A descriptor's suffix is cut off its name to
     /// leave the stem its tensor directory is named after.
     claims: &'static [(Pattern, Role)],
+    sets: Sets,
+    shown: Shown,
+    reader: Reader,
+    options: Options,
+}
+
+/// How its files make sets.
+#[derive(Clone, Copy)]
+struct Sets {
     /// What names the index of a set of its files: `STEM{infix}json` or
     /// `STEM{infix}VARIANT.json`.
     index_infix: Option<&'static str>,
-    /// `-o NAME=on|off` (on by default), if it can be turned off, and what it does (`--help`, the
-    /// man page and the completions say it).
-    toggle: Option<(&'static str, &'static str)>,
     /// Whether its numbered files (`NAME-00001-of-00003`) are a set with no index, merged into
     /// `NAME.tensors/` (split GGUF models, as `gguf-split` writes them).
     numbered: bool,
@@ -39,6 +46,11 @@ struct Spec {
     ///
     /// [`Split`]: super::description::Split
     split_keys: [&'static str; 3],
+}
+
+/// What is shown of its files.
+#[derive(Clone, Copy)]
+struct Shown {
     /// Whether its files are safetensors files themselves: no conversion, and tensor offsets
     /// relative to a safetensors header's data buffer (`user.safetensors.data_offsets`).
     native: bool,
@@ -52,24 +64,59 @@ struct Spec {
     /// The xattr of a mirrored file of this format (or of an index of its sets) that says why it
     /// is not interpreted.
     error_xattr: &'static str,
-    /// Its reader (of a file claimed as a descriptor), which opens the data files it reads
-    /// (none but DCP's) only through the opener it is given.
-    read: fn(&File, &Path, &OpenData<'_>) -> Result<Description, FormatError>,
-    /// For a format whose models are a store's (ollama's), how the store is laid out; such a
-    /// format claims no file by name, and its reader is never called.
-    store: Option<Store>,
+}
+
+/// How its checkpoints are read.
+enum Reader {
+    /// A reader of a file claimed as a descriptor, which opens the data files it reads only
+    /// through the opener of its [`Input`].
+    File(fn(Input<'_>) -> Result<Description, FormatError>),
+    /// For a format whose models are a store's (ollama's): how the store is laid out. Such a
+    /// format claims no file by name.
+    Store(Store),
+}
+
+/// Its options.
+struct Options {
+    /// `-o NAME=on|off` (on by default), if it can be turned off, and what it does (`--help`, the
+    /// man page and the completions say it).
+    toggle: Option<(&'static str, &'static str)>,
     /// Its own `-o NAME=VALUE` option, if it has one.
     setting: Option<Setting>,
 }
 
+/// What a format that says nothing else is: no sets, a tensor directory even without tensors, its
+/// conversion named after its stem, errors in `user.tensormount.error`, no options.
+const DEFAULT: Spec = Spec {
+    name: "",
+    claims: &[],
+    sets: Sets {
+        index_infix: None,
+        numbered: false,
+        split_keys: [""; 3],
+    },
+    shown: Shown {
+        native: false,
+        empty_dir: true,
+        converted_stem: same_stem,
+        metadata_xattr: "user.safetensors.metadata.",
+        error_xattr: "user.tensormount.error",
+    },
+    reader: Reader::File(no_file),
+    options: Options {
+        toggle: None,
+        setting: None,
+    },
+};
+
 /// A format's own `-o NAME=VALUE` option: its name, its values and what it does (for `--help`,
-/// the man page and the completions), and how a value is taken: process-wide, once the options
-/// are parsed and before any file is read.
+/// the man page and the completions), and how a value is parsed: once, before any file is read,
+/// into the value its reader takes from [`Input::setting`].
 pub struct Setting {
     pub name: &'static str,
     pub values: &'static str,
     pub help: &'static str,
-    pub set: fn(&str) -> Result<(), String>,
+    pub parse: fn(&str) -> Result<Parsed, String>,
 }
 
 /// How a format's models lie in a store: a directory with a subdirectory of descriptors and one
@@ -103,9 +150,9 @@ pub struct Store {
 /// Makes a file of a model from the text of its listed files (see [`Store::generated`]).
 pub type Generate = fn(&str, &Listing, &[Option<&[u8]>]) -> Vec<u8>;
 
-/// A store format's reader of files, never called: it claims no file by name.
-fn no_file(_: &File, path: &Path, _: &OpenData<'_>) -> Result<Description, FormatError> {
-    Err(FormatError::Foreign(path.to_path_buf()))
+/// The reader of a format that reads no file.
+fn no_file(input: Input<'_>) -> Result<Description, FormatError> {
+    Err(FormatError::Foreign(input.path.to_path_buf()))
 }
 
 /// The part a file plays in its format's checkpoints.
@@ -123,6 +170,7 @@ pub enum Role {
 
 /// How a format recognises a file it claims.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(test), allow(dead_code))]
 enum Pattern {
     /// A name that ends in this suffix, in any case.
     Suffix(&'static str),
@@ -138,6 +186,48 @@ enum Pattern {
     /// directory, where most files are not checkpoints and a cache's blobs are reached through
     /// the names that link to them.
     Magic(&'static [u8]),
+    // The next two are for TensorFlow's bundles (issue 56), the first format to claim so; until
+    // it lands only the tests below use them.
+    /// A name of this shape: `*` stands for the stem (at least one byte), `#` for one ASCII digit,
+    /// any other byte for itself, in any case (`*.data-#####-of-#####`, a TensorFlow bundle's
+    /// data files).
+    Shaped(&'static str),
+    /// `STEM{suffix}`, in any case, claimed only while a file beside it is named `STEM` followed by
+    /// `data` (a [`Pattern::Shaped`] shape without its `*`): a TensorFlow `X.index` beside its
+    /// `X.data-00000-of-00001`. Claimed so whatever it holds, a damaged one is named rather than
+    /// mirrored in silence; any other file of that suffix is not claimed.
+    WithData {
+        suffix: &'static str,
+        data: &'static str,
+    },
+}
+
+/// Whether a file beside the one claimed has a name that `matches` (see
+/// [`Pattern::WithData`]).
+pub type Beside<'a> = dyn Fn(&dyn Fn(&[u8]) -> bool) -> bool + 'a;
+
+/// The stem of `name` in `shape` (see [`Pattern::Shaped`]), if `name` has that shape.
+fn shaped<'n>(name: &'n [u8], shape: &str) -> Option<&'n [u8]> {
+    let shape = shape.as_bytes();
+    let star = shape.iter().position(|&b| b == b'*');
+    let (before, after) = match star {
+        Some(at) => (&shape[..at], &shape[at + 1..]),
+        None => (shape, &[][..]),
+    };
+    let fits = |part: &[u8], pattern: &[u8]| {
+        part.len() == pattern.len()
+            && part.iter().zip(pattern).all(|(&b, &p)| match p {
+                b'#' => b.is_ascii_digit(),
+                p => b.eq_ignore_ascii_case(&p),
+            })
+    };
+    if star.is_none() {
+        return fits(name, before).then_some(&name[..0]);
+    }
+    let stem_len = name.len().checked_sub(before.len() + after.len())?;
+    let (head, rest) = name.split_at(before.len());
+    let (stem, tail) = rest.split_at(stem_len);
+    (stem_len > 0 && fits(head, before) && fits(tail, after)).then_some(stem)
 }
 
 /// How many bytes of a file [`Format::of_content`] looks at.
@@ -160,18 +250,17 @@ fn same_stem(stem: &[u8]) -> Vec<u8> {
 pub const SAFETENSORS: Format = Format(&Spec {
     name: "safetensors",
     claims: &[(Pattern::Suffix(".safetensors"), Role::Descriptor)],
-    index_infix: Some(".safetensors.index."),
-    numbered: false,
-    split_keys: [""; 3],
-    toggle: None,
-    native: true,
-    empty_dir: true,
-    converted_stem: same_stem,
-    metadata_xattr: "user.safetensors.metadata.",
-    error_xattr: "user.safetensors.error",
-    read: |file, path, _| safetensors::describe(file, path),
-    store: None,
-    setting: None,
+    sets: Sets {
+        index_infix: Some(".safetensors.index."),
+        ..DEFAULT.sets
+    },
+    shown: Shown {
+        native: true,
+        error_xattr: "user.safetensors.error",
+        ..DEFAULT.shown
+    },
+    reader: Reader::File(|input| safetensors::describe(input.file, input.path)),
+    ..DEFAULT
 });
 
 /// PyTorch checkpoints written by `torch.save` (zip or legacy pickle).
@@ -190,23 +279,25 @@ pub const PYTORCH: Format = Format(&Spec {
             Role::Descriptor,
         ),
     ],
-    index_infix: Some(".bin.index."),
-    numbered: false,
-    split_keys: [""; 3],
-    toggle: Some((
-        "pickle",
-        "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual safetensors \
-         file, their pickle read without running any of it (on, the default); off: plain mirrored \
-         files",
-    )),
-    native: false,
-    empty_dir: false,
-    converted_stem: pytorch::converted_stem,
-    metadata_xattr: "user.safetensors.metadata.",
-    error_xattr: "user.tensormount.error",
-    read: |file, path, _| pytorch::describe(file, path),
-    store: None,
-    setting: None,
+    sets: Sets {
+        index_infix: Some(".bin.index."),
+        ..DEFAULT.sets
+    },
+    shown: Shown {
+        empty_dir: false,
+        converted_stem: pytorch::converted_stem,
+        ..DEFAULT.shown
+    },
+    reader: Reader::File(|input| pytorch::describe(input.file, input.path)),
+    options: Options {
+        toggle: Some((
+            "pickle",
+            "PyTorch checkpoints (.bin, .pt, .pth, .ckpt) get NAME.tensors/ and a virtual \
+             safetensors file, their pickle read without running any of it (on, the default); \
+             off: plain mirrored files (pytorch=off too)",
+        )),
+        ..DEFAULT.options
+    },
 });
 
 /// llama.cpp's GGUF files.
@@ -216,23 +307,26 @@ pub const GGUF: Format = Format(&Spec {
         (Pattern::Suffix(".gguf"), Role::Descriptor),
         (Pattern::Magic(b"GGUF"), Role::Descriptor),
     ],
-    index_infix: None,
-    numbered: true,
-    split_keys: ["split.no", "split.count", "split.tensors.count"],
-    toggle: Some((
-        "gguf",
-        "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
-         stored) and their metadata as user.gguf.*, and a virtual NAME.safetensors (quantized \
-         tensors as float32); split sets are merged (on, the default); off: plain mirrored files",
-    )),
-    native: false,
-    empty_dir: true,
-    converted_stem: same_stem,
-    metadata_xattr: "user.gguf.",
-    error_xattr: "user.tensormount.error",
-    read: |file, path, _| gguf::describe(file, path),
-    store: None,
-    setting: None,
+    sets: Sets {
+        numbered: true,
+        split_keys: ["split.no", "split.count", "split.tensors.count"],
+        ..DEFAULT.sets
+    },
+    shown: Shown {
+        metadata_xattr: "user.gguf.",
+        ..DEFAULT.shown
+    },
+    reader: Reader::File(|input| gguf::describe(input.file, input.path)),
+    options: Options {
+        toggle: Some((
+            "gguf",
+            "GGUF files (.gguf) get NAME.tensors/ with one raw file per tensor (ggml blocks as \
+             stored) and their metadata as user.gguf.*, and a virtual NAME.safetensors (quantized \
+             tensors as float32); split sets are merged (on, the default); off: plain mirrored \
+             files",
+        )),
+        ..DEFAULT.options
+    },
 });
 
 /// ONNX models.
@@ -243,46 +337,33 @@ pub const ONNX: Format = Format(&Spec {
         (Pattern::Suffix(".onnx_data"), Role::Data),
         (Pattern::Suffix(".onnx.data"), Role::Data),
     ],
-    index_infix: None,
-    numbered: false,
-    split_keys: [""; 3],
-    toggle: Some((
-        "onnx",
-        "ONNX models (.onnx) get NAME.tensors/ with one raw file per tensor (initializers and \
-         Constant nodes, subgraphs and functions included) and their producer, opsets and \
-         metadata as user.onnx.*, and a virtual NAME.safetensors (on, the default); off: plain \
-         mirrored files",
-    )),
-    native: false,
-    empty_dir: true,
-    converted_stem: same_stem,
-    metadata_xattr: "user.onnx.",
-    error_xattr: "user.tensormount.error",
-    read: |file, path, _| onnx::describe(file, path),
-    store: None,
-    setting: None,
+    shown: Shown {
+        metadata_xattr: "user.onnx.",
+        ..DEFAULT.shown
+    },
+    reader: Reader::File(|input| onnx::describe(input.file, input.path)),
+    options: Options {
+        toggle: Some((
+            "onnx",
+            "ONNX models (.onnx) get NAME.tensors/ with one raw file per tensor (initializers and \
+             Constant nodes, subgraphs and functions included) and their producer, opsets and \
+             metadata as user.onnx.*, and a virtual NAME.safetensors (on, the default); off: plain \
+             mirrored files",
+        )),
+        ..DEFAULT.options
+    },
+    ..DEFAULT
 });
 
 /// ollama's model store: every manifest's model shown by name in `by-name/`.
 pub const OLLAMA: Format = Format(&Spec {
     name: "ollama",
-    claims: &[],
-    index_infix: None,
-    numbered: false,
-    split_keys: [""; 3],
-    toggle: Some((
-        "ollama",
-        "an ollama model store (a directory with manifests/ and blobs/) gets by-name/, every \
-         model by the name ollama list gives it, with model.gguf and its views, its other layers \
-         as files and a Modelfile (on, the default); off: plain mirrored files",
-    )),
-    native: false,
-    empty_dir: false,
-    converted_stem: same_stem,
-    metadata_xattr: "user.ollama.",
-    error_xattr: "user.tensormount.error",
-    read: no_file,
-    store: Some(Store {
+    shown: Shown {
+        empty_dir: false,
+        metadata_xattr: "user.ollama.",
+        ..DEFAULT.shown
+    },
+    reader: Reader::Store(Store {
         descriptors: ("manifests", 4),
         blobs: "blobs",
         view: "by-name",
@@ -292,7 +373,16 @@ pub const OLLAMA: Format = Format(&Spec {
         generated: ("Modelfile", ollama::modelfile),
         digest: ollama::blob_digest,
     }),
-    setting: None,
+    options: Options {
+        toggle: Some((
+            "ollama",
+            "an ollama model store (a directory with manifests/ and blobs/) gets by-name/, every \
+             model by the name ollama list gives it, with model.gguf and its views, its other \
+             layers as files and a Modelfile (on, the default); off: plain mirrored files",
+        )),
+        ..DEFAULT.options
+    },
+    ..DEFAULT
 });
 
 /// torch.distributed.checkpoint (DCP) checkpoints: a directory's `.metadata` and the
@@ -309,32 +399,32 @@ pub const DCP: Format = Format(&Spec {
         ),
         (Pattern::Suffix(".distcp"), Role::Data),
     ],
-    index_infix: None,
-    numbered: false,
-    split_keys: [""; 3],
-    toggle: Some((
-        "dcp",
-        "torch.distributed.checkpoint directories (a .metadata and its .distcp files) get \
-         checkpoint.tensors/ with every tensor consolidated from its chunks on read, and a virtual \
-         model.safetensors of the model's tensors, .metadata read without running any of it (on, \
-         the default); off: plain mirrored files",
-    )),
-    native: false,
-    empty_dir: true,
-    converted_stem: |_| b"model".to_vec(),
-    metadata_xattr: "user.dcp.",
-    error_xattr: "user.tensormount.error",
-    read: dcp::describe,
-    store: None,
-    setting: Some(Setting {
-        name: "dcp_model",
-        values: "auto|all|GROUP",
-        help: "which tensors of a DCP checkpoint model.safetensors holds: auto (the default), the \
-               model group's (its prefix removed), else every top-level tensor outside optim, \
-               optimizer, lr_scheduler, dataloader, train_state and extra; all: every tensor, keys \
-               as stored; GROUP: the tensors whose keys start with GROUP. (prefix removed)",
-        set: dcp::choose_model,
-    }),
+    shown: Shown {
+        converted_stem: |_| b"model".to_vec(),
+        metadata_xattr: "user.dcp.",
+        ..DEFAULT.shown
+    },
+    reader: Reader::File(dcp::describe),
+    options: Options {
+        toggle: Some((
+            "dcp",
+            "torch.distributed.checkpoint directories (a .metadata and its .distcp files) get \
+             checkpoint.tensors/ with every tensor consolidated from its chunks on read, and a \
+             virtual model.safetensors of the model's tensors, .metadata read without running any \
+             of it (on, the default); off: plain mirrored files",
+        )),
+        setting: Some(Setting {
+            name: "dcp_model",
+            values: "auto|all|GROUP",
+            help: "which tensors of a DCP checkpoint model.safetensors holds: auto (the default), \
+                   the model group's (its prefix removed), else every top-level tensor outside \
+                   optim, optimizer, lr_scheduler, dataloader, train_state and extra; all: every \
+                   tensor, keys as stored; GROUP: the tensors whose keys start with GROUP. (prefix \
+                   removed)",
+            parse: dcp::parse_model,
+        }),
+    },
+    ..DEFAULT
 });
 
 impl Format {
@@ -346,24 +436,63 @@ impl Format {
     /// `model.tensors/`). A suffix matches in any case, and the stem keeps its own (`MODEL.PT`
     /// gives `MODEL`): a reader such as `torch.load` never looks at the name, so neither does the
     /// choice of the file's reader. The stem is not empty, but for a safetensors file's.
+    ///
+    /// A claim that depends on the files beside (see [`Pattern::WithData`]) is not made: see
+    /// [`Format::claim_among`].
     pub fn claim(file_name: &[u8]) -> Option<(Format, Role, &[u8])> {
-        Format::ALL.into_iter().find_map(|f| {
-            f.0.claims.iter().find_map(|(pattern, role)| match pattern {
+        Format::claim_among(file_name, &|_| false)
+    }
+
+    /// [`Format::claim`] of a file in a directory, where `beside` says whether any other file of
+    /// the directory has a name that a given test accepts.
+    pub fn claim_among<'n>(
+        file_name: &'n [u8],
+        beside: &Beside<'_>,
+    ) -> Option<(Format, Role, &'n [u8])> {
+        Format::ALL
+            .into_iter()
+            .find_map(|f| f.claims(file_name, beside))
+    }
+
+    /// The role a file of this name plays in this format, and its stem, if the format claims it
+    /// (see [`Format::claim_among`]).
+    fn claims<'n>(
+        self,
+        file_name: &'n [u8],
+        beside: &Beside<'_>,
+    ) -> Option<(Format, Role, &'n [u8])> {
+        self.0.claims.iter().find_map(|(pattern, role)| {
+            let stem = match pattern {
                 Pattern::Suffix(suffix) => strip_suffix_any_case(file_name, suffix)
-                    .filter(|stem| f.0.native || !stem.is_empty())
-                    .map(|stem| (f, *role, stem)),
+                    .filter(|stem| self.0.shown.native || !stem.is_empty()),
                 Pattern::Name { name, stem } => {
-                    (file_name == name.as_bytes()).then_some((f, *role, stem.as_bytes()))
+                    (file_name == name.as_bytes()).then_some(stem.as_bytes())
                 }
+                Pattern::Shaped(shape) => shaped(file_name, shape),
+                Pattern::WithData { suffix, data } => strip_suffix_any_case(file_name, suffix)
+                    .filter(|stem| {
+                        !stem.is_empty()
+                            && beside(&|other| {
+                                other
+                                    .strip_prefix(*stem)
+                                    .is_some_and(|rest| shaped(rest, data).is_some())
+                            })
+                    }),
                 Pattern::Magic(_) => None,
-            })
+            };
+            stem.map(|stem| (self, *role, stem))
         })
     }
 
     /// The format a file of this name describes tensors in, with the stem its tensor directory
     /// is named after (see [`Format::claim`]).
     pub fn of(file_name: &[u8]) -> Option<(Format, &[u8])> {
-        Format::claim(file_name)
+        Format::of_among(file_name, &|_| false)
+    }
+
+    /// [`Format::of`] of a file in a directory (see [`Format::claim_among`]).
+    pub fn of_among<'n>(file_name: &'n [u8], beside: &Beside<'_>) -> Option<(Format, &'n [u8])> {
+        Format::claim_among(file_name, beside)
             .filter(|(_, role, _)| *role == Role::Descriptor)
             .map(|(f, _, stem)| (f, stem))
     }
@@ -407,12 +536,15 @@ impl Format {
 
     /// Its own `-o NAME=VALUE` option, if it has one.
     pub fn setting(self) -> Option<&'static Setting> {
-        self.0.setting.as_ref()
+        self.0.options.setting.as_ref()
     }
 
     /// How its models lie in a store, for a format whose models are a store's.
     pub fn store(self) -> Option<&'static Store> {
-        self.0.store.as_ref()
+        match &self.0.reader {
+            Reader::Store(store) => Some(store),
+            Reader::File(_) => None,
+        }
     }
 
     /// Its index in [`Format::ALL`].
@@ -426,42 +558,42 @@ impl Format {
 
     /// What names the index of a set of its files (see [`Spec::index_infix`]).
     pub(super) fn index_infix(self) -> Option<&'static str> {
-        self.0.index_infix
+        self.0.sets.index_infix
     }
 
     /// The name of its `-o NAME=on|off` option, if it can be turned off.
     pub fn toggle(self) -> Option<&'static str> {
-        self.0.toggle.map(|(name, _)| name)
+        self.0.options.toggle.map(|(name, _)| name)
     }
 
     /// The keys its files say their place in a numbered set with: `no`, `count`, `tensors`.
     pub fn split_keys(self) -> [&'static str; 3] {
-        self.0.split_keys
+        self.0.sets.split_keys
     }
 
     /// Its toggle and what the toggle does, for the help.
     pub fn toggle_help(self) -> Option<(&'static str, &'static str)> {
-        self.0.toggle
+        self.0.options.toggle
     }
 
     /// Whether its files are safetensors files (see [`Spec::native`]).
     pub fn native(self) -> bool {
-        self.0.native
+        self.0.shown.native
     }
 
     /// Whether a valid file without tensors gets a tensor directory (a vocabulary-only GGUF file
     /// does, for its metadata; a checkpoint of training arguments does not).
     pub fn empty_dir(self) -> bool {
-        self.0.empty_dir
+        self.0.shown.empty_dir
     }
 
     /// Whether its numbered files are a set without an index (see [`Spec::numbered`]).
     pub(super) fn numbers_sets(self) -> bool {
-        self.0.numbered
+        self.0.sets.numbered
     }
 
-    /// Reads `file` (whose path is `path`, for messages) as a file of this format; the data
-    /// files it reads are opened beside it, by name, following no link.
+    /// Reads `file` (whose path is `path`, for messages) as a file of this format with its default
+    /// setting; the data files it reads are opened beside it, by name, following no link.
     pub fn describe(self, file: &File, path: &Path) -> Result<Description, FormatError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let beside = |name: &str| {
@@ -470,33 +602,32 @@ impl Format {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(dir.join(name))
         };
-        self.describe_opening(file, path, &beside)
+        self.read(Input::new(file, path, &beside))
     }
 
-    /// [`Format::describe`], the data files it reads opened by `open`.
-    pub fn describe_opening(
-        self,
-        file: &File,
-        path: &Path,
-        open: &OpenData<'_>,
-    ) -> Result<Description, FormatError> {
-        (self.0.read)(file, path, open)
+    /// Reads the file of `input` as a file of this format.
+    pub fn read(self, input: Input<'_>) -> Result<Description, FormatError> {
+        match &self.0.reader {
+            Reader::File(read) => read(input),
+            Reader::Store(_) => no_file(input),
+        }
     }
 
     /// The name of the virtual safetensors file a file of this format with stem `stem` converts
     /// to (`pytorch_model` gives `model.safetensors`); `None` for a safetensors file.
     pub fn converted_name(self, stem: &[u8]) -> Option<Vec<u8>> {
-        (!self.0.native).then(|| [&(self.0.converted_stem)(stem)[..], b".safetensors"].concat())
+        (!self.0.shown.native)
+            .then(|| [&(self.0.shown.converted_stem)(stem)[..], b".safetensors"].concat())
     }
 
     /// The xattr of metadata entry `key` on a tensor directory of a file of this format.
     pub fn metadata_xattr(self, key: &str) -> String {
-        format!("{}{key}", self.0.metadata_xattr)
+        format!("{}{key}", self.0.shown.metadata_xattr)
     }
 
     /// The xattr that says why a mirrored file of this format is not interpreted.
     pub fn error_xattr(self) -> &'static str {
-        self.0.error_xattr
+        self.0.shown.error_xattr
     }
 }
 
@@ -526,7 +657,7 @@ pub fn conversion_key(stem: &[u8]) -> Vec<u8> {
     Format::ALL
         .into_iter()
         .filter(|f| !f.claims_names())
-        .map(|f| (f.0.converted_stem)(stem))
+        .map(|f| (f.0.shown.converted_stem)(stem))
         .find(|s| s != stem)
         .unwrap_or_else(|| stem.to_vec())
 }
@@ -576,6 +707,69 @@ mod tests {
         for (i, f) in Format::ALL.into_iter().enumerate() {
             assert_eq!(f.position(), i);
         }
+    }
+
+    /// A format that claims as a TensorFlow bundle's files are claimed.
+    const BUNDLE: Format = Format(&Spec {
+        name: "bundle",
+        claims: &[
+            (
+                Pattern::WithData {
+                    suffix: ".index",
+                    data: ".data-#####-of-#####",
+                },
+                Role::Descriptor,
+            ),
+            (Pattern::Shaped("*.data-#####-of-#####"), Role::Data),
+        ],
+        ..DEFAULT
+    });
+
+    #[test]
+    fn a_descriptor_is_claimed_with_its_data_files_and_data_files_by_shape() {
+        let dir: &[&[u8]] = &[
+            b"ckpt-1.index",
+            b"ckpt-1.data-00000-of-00001",
+            b"other.index",
+        ];
+        let claim = |name: &'static [u8]| {
+            let beside = |m: &dyn Fn(&[u8]) -> bool| dir.iter().any(|n| *n != name && m(n));
+            BUNDLE.claims(name, &beside).map(|(_, r, s)| (r, s))
+        };
+        assert_eq!(
+            claim(b"ckpt-1.index"),
+            Some((Role::Descriptor, &b"ckpt-1"[..]))
+        );
+        assert_eq!(
+            claim(b"ckpt-1.data-00000-of-00001"),
+            Some((Role::Data, &b"ckpt-1"[..]))
+        );
+        // An index with no data file beside it is a plain file; so is a name of another shape.
+        assert_eq!(claim(b"other.index"), None);
+        assert_eq!(claim(b"ckpt-1.data-0000x-of-00001"), None);
+        assert_eq!(claim(b".data-00000-of-00001"), None);
+        assert_eq!(
+            claim(b"CKPT-1.DATA-00000-OF-00001").map(|c| c.0),
+            Some(Role::Data)
+        );
+        // Without the files beside, an index is never claimed.
+        assert_eq!(BUNDLE.claims(b"ckpt-1.index", &|_| false), None);
+        assert_eq!(shaped(b"x.npz", "*.npz"), Some(&b"x"[..]));
+        assert_eq!(shaped(b"model_0001.h5", "model_####.h5"), Some(&b""[..]));
+        assert_eq!(shaped(b"model_001.h5", "model_####.h5"), None);
+    }
+
+    #[test]
+    fn a_format_writes_only_what_differs_from_the_default() {
+        assert_eq!(BUNDLE.toggle(), None);
+        assert!(BUNDLE.empty_dir() && !BUNDLE.native());
+        assert_eq!(BUNDLE.error_xattr(), "user.tensormount.error");
+        assert!(BUNDLE.store().is_none() && OLLAMA.store().is_some());
+        let null = File::open("/dev/null").unwrap();
+        let input = Input::new(&null, Path::new("x.index"), &|_| {
+            Err(std::io::ErrorKind::NotFound.into())
+        });
+        assert!(matches!(BUNDLE.read(input), Err(FormatError::Foreign(_))));
     }
 
     #[test]

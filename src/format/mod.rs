@@ -26,6 +26,7 @@ mod error;
 mod formats;
 pub mod gguf;
 pub mod half;
+mod input;
 mod listing;
 mod ollama;
 mod onnx;
@@ -36,14 +37,16 @@ pub mod widen;
 
 pub use converted::{Converted, Part};
 pub use description::{
-    Computed, Conversion, Description, MAX_SLICES, NotOffered, OpenData, Seen, Split, Tensor,
+    ChunkAt, Computed, Conversion, Decode, Description, MAX_SLICES, NotOffered, OpenData, ReadAt,
+    Reads, Seen, Split, Tensor,
 };
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
 pub use formats::{
-    DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store,
+    Beside, DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store,
     conversion_key,
 };
+pub use input::{Input, Settings};
 pub use listing::{Listed, Listing};
 pub use safetensors::rule_name;
 pub use set::{IndexName, Numbered};

@@ -139,6 +139,7 @@ pub fn generated(
         now,
         d,
         never: scan::is_partial_dir(d.path),
+        files,
     };
     let mut errors = HashMap::new();
     step.parse_ahead(files);
@@ -161,9 +162,20 @@ struct Step<'a> {
     d: &'a Dir<'a>,
     /// A directory whose files are never interpreted (Hugging Face's `.locks`).
     never: bool,
+    /// Its files, by name: what a claim by the files beside looks at.
+    files: &'a [(Arc<[u8]>, Arc<Source>)],
 }
 
 impl Step<'_> {
+    /// The format a file of this directory is read as, with its stem (see
+    /// [`Options::format_among`](super::options::Options::format_among)).
+    fn format_of<'n>(&self, name: &'n [u8]) -> Option<(Format, &'n [u8])> {
+        let beside = |matches: &dyn Fn(&[u8]) -> bool| {
+            self.files.iter().any(|(n, _)| &n[..] != name && matches(n))
+        };
+        self.policy.options.format_among(name, &beside)
+    }
+
     fn interpretable(&self, name: &[u8]) -> bool {
         !self.never && !scan::is_partial(name)
     }
@@ -183,7 +195,7 @@ impl Step<'_> {
         if self.merged_dir(name).is_some() {
             return Some(Parse::Index);
         }
-        let (format, _) = self.policy.options.format_of(name)?;
+        let (format, _) = self.format_of(name)?;
         Some(Parse::Tensors(format))
     }
 
@@ -226,7 +238,7 @@ impl Step<'_> {
             if !self.interpretable(name) {
                 continue;
             }
-            if let Some((format, stem)) = self.policy.options.format_of(name) {
+            if let Some((format, stem)) = self.format_of(name) {
                 if self.in_flux(name) {
                     refuse(errors, name, format, self.being_written());
                     continue;
@@ -612,10 +624,7 @@ impl Step<'_> {
                 let (n, s) = files.iter().find(|(n, _)| &n[..] == shard.as_bytes())?;
                 Some(Shard {
                     source: s,
-                    format: sets::shard_format(
-                        index,
-                        self.policy.options.format_of(n).map(|(f, _)| f),
-                    ),
+                    format: sets::shard_format(index, self.format_of(n).map(|(f, _)| f)),
                     settled: !self.in_flux(n),
                 })
             },

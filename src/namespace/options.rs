@@ -6,8 +6,8 @@ use std::time::Duration;
 use log::warn;
 
 use super::error::BuildError;
-use crate::format::Format;
 use crate::format::widen::Target;
+use crate::format::{Beside, Format};
 
 /// `-o settle=`'s default: long enough for a writer's pause between two writes of one file,
 /// short enough that a finished file appears at once to a person watching.
@@ -47,6 +47,15 @@ impl Options {
     /// The format a file's name says, with its stem (see [`Format::of`]), among the formats read.
     pub fn format_of<'a>(&self, file_name: &'a [u8]) -> Option<(Format, &'a [u8])> {
         Format::of(file_name).filter(|(f, _)| self.reads(*f))
+    }
+
+    /// [`Options::format_of`] of a file among others (see [`Format::of_among`]).
+    pub fn format_among<'a>(
+        &self,
+        file_name: &'a [u8],
+        beside: &Beside<'_>,
+    ) -> Option<(Format, &'a [u8])> {
+        Format::of_among(file_name, beside).filter(|(f, _)| self.reads(*f))
     }
 
     /// Whether files of `format` are interpreted.

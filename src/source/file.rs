@@ -25,7 +25,7 @@ use super::sources::Sources;
 use super::version::Version;
 use crate::digest::{self, Sha256};
 use crate::format::set::index::{self, Index, Plan};
-use crate::format::{Converted, Description, Format, MAGIC_LEN};
+use crate::format::{Converted, Description, Format, Input, MAGIC_LEN};
 use crate::sys;
 
 /// Filesystem types (`statfs.f_type`) that may stall and whose changes made elsewhere inotify
@@ -192,6 +192,11 @@ impl Source {
         self.version.size
     }
 
+    /// What the daemon's sources share.
+    pub(super) fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
     pub fn is_empty(&self) -> bool {
         self.version.size == 0
     }
@@ -218,9 +223,11 @@ impl Source {
             let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
             let file = self.file_for_read().map_err(unreadable)?;
             let open = |name: &str| self.open_beside(dir, name);
-            let description = format
-                .describe_opening(&file, &self.path, &open)
-                .map_err(DescribeError::Invalid)?;
+            let mut input = Input::new(&file, &self.path, &open);
+            if let Some(setting) = self.sources.settings().of(format) {
+                input = input.with_setting(setting);
+            }
+            let description = format.read(input).map_err(DescribeError::Invalid)?;
             Ok(Arc::new(description))
         })
     }

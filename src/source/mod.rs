@@ -7,12 +7,14 @@
 //! - [`registry`]: the same `Source` for a file as long as it is unchanged;
 //! - [`opened`]: a source's descriptor and mapping while it is open;
 //! - [`lease`]: read leases, which spare reads the check that their source is unchanged;
+//! - [`decoded`]: the read path's cache of decoded chunks (`-o decode_cache=`);
 //! - [`gather`]: where bytes that are not one stretch of their source lie;
 //! - [`read`]: the one read path, waiting on storage or not;
 //! - [`version`]: which file, and which version of it;
 //! - [`recorded`]: the SHA-256 the source records for a weight file, found without reading it;
 //! - [`error`]: this layer's errors.
 
+mod decoded;
 mod error;
 mod file;
 mod gather;
@@ -23,8 +25,11 @@ mod recorded;
 mod registry;
 mod sliced;
 mod sources;
+#[cfg(test)]
+mod tests;
 mod version;
 
+pub use decoded::DEFAULT_BUDGET as DEFAULT_DECODE_CACHE;
 pub use error::{DescribeError, PlanError, ReadError, SourceError};
 pub use file::{Hold, Parse, Source, Warning, is_remote};
 pub use gather::Stored;

@@ -31,6 +31,7 @@ use super::gather::{self, Stored};
 use super::opened::Opened;
 use super::sliced::Stretches;
 use crate::format::widen::Widening;
+use crate::format::{ChunkAt, Decode, Reads};
 use crate::sys;
 
 /// Spans shorter than this are copied (`pread`); longer ones are sent from the source's mapping.
@@ -152,8 +153,8 @@ impl Reading<'_> {
         };
         let elsewhere = body.pieces.iter().any(|p| p.source.is_some());
         let gathered = elsewhere || one.is_none_or(|p| !matches!(p.stored, Stored::Contiguous));
-        let computed =
-            !elsewhere && one.is_some_and(|p| p.widen.is_none() && p.stored.is_computed());
+        let computed = !elsewhere
+            && one.is_some_and(|p| p.widen.is_none() && p.stored.is_computed() && !decodes(p));
         if gathered && wait != Wait::Copied && sliced(&self.head, body, wait, out) {
             return Some(Ok(()));
         }
@@ -191,6 +192,11 @@ impl Reading<'_> {
             _ => read.pieces(&self.head, &body.pieces, |b| out.bytes(b)),
         }
     }
+}
+
+/// Whether `piece` is a tensor decoded on read (see [`crate::format::Computed::decodes`]).
+fn decodes(piece: &Piece) -> bool {
+    matches!(&piece.stored, Stored::Computed(t, _) if t.computed.as_ref().is_some_and(|c| c.decodes()))
 }
 
 /// Sends `head`, then the presented bytes of `body`'s pieces, to `out` as one reply of slices of
@@ -472,76 +478,32 @@ impl Read<'_> {
             )));
         };
         let cached = self.wait == Wait::No;
-        let mut waits = false;
-        // Offsets the tensor's reader gives are relative to the description's data start.
-        let base = piece.start.saturating_sub(tensor.begin);
-        let mut high = 0;
-        // The data files read, opened once each, with how far each was read.
-        let mut others: Vec<Option<(Arc<Opened>, u64)>> = vec![None; data.len()];
-        let mut failed: Option<ReadError> = None;
-        let done = computed.read(
-            &mut |file: Option<u32>, bufs: &mut [IoSliceMut<'_>], at: u64| {
-                let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-                let done = match file {
-                    None => {
-                        let at = base.saturating_add(at);
-                        high = high.max(at.saturating_add(len));
-                        sys::read_exact_vectored_at(opened.file(), bufs, at, cached)
-                    }
-                    Some(k) => {
-                        let (Some(other), Some(slot)) =
-                            (data.get(k as usize), others.get_mut(k as usize))
-                        else {
-                            return Err(std::io::Error::other("a data file that is not open"));
-                        };
-                        if slot.is_none() {
-                            // Without waiting, only a data file open now.
-                            let now = match cached {
-                                true => other
-                                    .local_slot()
-                                    .and_then(|s| s.clone())
-                                    .ok_or(std::io::ErrorKind::WouldBlock.into()),
-                                false => other.opened().map_err(|e| {
-                                    failed = Some(e);
-                                    std::io::Error::other("a data file that cannot be opened")
-                                }),
-                            };
-                            match now {
-                                Ok(o) => *slot = Some((o, 0)),
-                                Err(e) => {
-                                    waits |= e.kind() == std::io::ErrorKind::WouldBlock;
-                                    return Err(e);
-                                }
-                            }
-                        }
-                        let Some((o, reached)) = slot else {
-                            return Err(std::io::Error::other("a data file that is not open"));
-                        };
-                        *reached = (*reached).max(at.saturating_add(len));
-                        sys::read_exact_vectored_at(o.file(), bufs, at, cached)
-                    }
-                };
-                if cached
-                    && done
-                        .as_ref()
-                        .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
-                {
-                    waits = true;
-                }
-                done
-            },
-            offset,
-            buf,
-        );
-        if waits {
+        if cached && computed.decodes() {
+            // Decoding is work of its own, never done on a FUSE thread.
             return None;
         }
-        if let Some(e) = failed {
+        let mut through = Through {
+            source,
+            opened,
+            data,
+            // Offsets the tensor's reader gives are relative to the description's data start.
+            base: piece.start.saturating_sub(tensor.begin),
+            cached,
+            high: 0,
+            others: vec![None; data.len()],
+            failed: None,
+            waits: false,
+        };
+        let done = computed.read(&mut through, offset, buf);
+        if through.waits {
+            return None;
+        }
+        if let Some(e) = through.failed {
             return Some(Err(e));
         }
-        let checked = source.check(opened, 0, high).and_then(|()| {
+        let checked = source.check(opened, 0, through.high).and_then(|()| {
             data.iter()
-                .zip(&others)
+                .zip(&through.others)
                 .try_for_each(|(other, slot)| match slot {
                     Some((o, reached)) => other.check(o, 0, *reached),
                     None => Ok(()),
@@ -593,6 +555,103 @@ impl Read<'_> {
         };
         let checked = source.check(opened, at, buf.len() as u64);
         Some(checked.and_then(|()| read.map_err(|e| source.read_failed(&e))))
+    }
+}
+
+/// What a computed piece reads through (see [`Reads`]): the described file's source and its data
+/// files, each opened once (without waiting, only those open now), with how far each was read, and
+/// the cache of decoded chunks.
+struct Through<'r> {
+    source: &'r Source,
+    opened: &'r Opened,
+    data: &'r [Arc<Source>],
+    /// Where the description's data starts in the source.
+    base: u64,
+    /// Only bytes in the page cache, of files open now.
+    cached: bool,
+    /// How far the source was read.
+    high: u64,
+    /// The data files read, opened once each, with how far each was read.
+    others: Vec<Option<(Arc<Opened>, u64)>>,
+    /// A data file that could not be opened.
+    failed: Option<ReadError>,
+    /// Whether a read would have waited.
+    waits: bool,
+}
+
+impl Through<'_> {
+    /// Data file `k`, open, with how far it was read.
+    fn other(&mut self, k: u32) -> std::io::Result<&mut (Arc<Opened>, u64)> {
+        let (Some(other), Some(slot)) =
+            (self.data.get(k as usize), self.others.get_mut(k as usize))
+        else {
+            return Err(std::io::Error::other("a data file that is not open"));
+        };
+        if slot.is_none() {
+            let now = match self.cached {
+                true => other
+                    .local_slot()
+                    .and_then(|s| s.clone())
+                    .ok_or(std::io::ErrorKind::WouldBlock.into()),
+                false => other.opened().map_err(|e| {
+                    self.failed = Some(e);
+                    std::io::Error::other("a data file that cannot be opened")
+                }),
+            };
+            match now {
+                Ok(o) => *slot = Some((o, 0)),
+                Err(e) => {
+                    self.waits |= e.kind() == std::io::ErrorKind::WouldBlock;
+                    return Err(e);
+                }
+            }
+        }
+        slot.as_mut()
+            .ok_or_else(|| std::io::Error::other("a data file that is not open"))
+    }
+}
+
+impl Reads for Through<'_> {
+    fn read_at(
+        &mut self,
+        file: Option<u32>,
+        bufs: &mut [IoSliceMut<'_>],
+        at: u64,
+    ) -> std::io::Result<()> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let cached = self.cached;
+        let done = match file {
+            None => {
+                let at = self.base.saturating_add(at);
+                self.high = self.high.max(at.saturating_add(len));
+                sys::read_exact_vectored_at(self.opened.file(), bufs, at, cached)
+            }
+            Some(k) => {
+                let (o, reached) = self.other(k)?;
+                *reached = (*reached).max(at.saturating_add(len));
+                sys::read_exact_vectored_at(o.file(), bufs, at, cached)
+            }
+        };
+        if cached
+            && done
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+        {
+            self.waits = true;
+        }
+        done
+    }
+
+    fn decoded(&mut self, chunk: ChunkAt, decode: &mut Decode<'_>) -> std::io::Result<Arc<[u8]>> {
+        let source = self.source;
+        let key = match chunk.file {
+            None => (source.version, self.base.saturating_add(chunk.at)),
+            Some(k) => match self.data.get(k as usize) {
+                Some(other) => (other.version, chunk.at),
+                None => return Err(std::io::Error::other("a data file that is not open")),
+            },
+        };
+        source.sources().decoded().get(key, || decode(self))
     }
 }
 

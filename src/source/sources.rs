@@ -28,9 +28,11 @@ use std::time::{Duration, Instant};
 
 use log::debug;
 
+use super::decoded::{DEFAULT_BUDGET, DecodedChunks};
 use super::lease::Leases;
 use super::opened::{Opened, Slot};
 use crate::clock::Clock;
+use crate::format::Settings;
 
 /// At most this many sources are open at once (fewer where RLIMIT_NOFILE is lower).
 const MAX_OPEN: usize = 4096;
@@ -63,6 +65,10 @@ pub struct Sources(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
+    /// The formats' own settings (`-o dcp_model=`), which every reader is given.
+    settings: Settings,
+    /// The decoded chunks the read path keeps.
+    decoded: DecodedChunks,
     clock: Clock,
     leases: Arc<Leases>,
     cap: usize,
@@ -83,7 +89,20 @@ impl Sources {
     /// `descriptors`: the RLIMIT_NOFILE in force, which bounds how many sources may be open at once
     /// (see [`Sources::cap`]).
     pub fn new(clock: Clock, descriptors: u64) -> Sources {
+        Sources::configured(clock, descriptors, Settings::default(), DEFAULT_BUDGET)
+    }
+
+    /// [`Sources::new`], whose readers are given the formats' own `settings`, and whose decoded
+    /// chunks are kept up to `decode_cache` bytes (`-o decode_cache=`).
+    pub fn configured(
+        clock: Clock,
+        descriptors: u64,
+        settings: Settings,
+        decode_cache: u64,
+    ) -> Sources {
         Sources(Arc::new(Shared {
+            settings,
+            decoded: DecodedChunks::new(decode_cache),
             leases: Leases::new(clock.clone()),
             clock,
             cap: cap_for(descriptors),
@@ -113,6 +132,16 @@ impl Sources {
     /// leaves less than that plus [`OTHER_DESCRIPTORS`].
     pub fn cap(&self) -> usize {
         self.0.cap
+    }
+
+    /// The formats' own settings, for their readers.
+    pub fn settings(&self) -> &Settings {
+        &self.0.settings
+    }
+
+    /// The read path's cache of decoded chunks.
+    pub fn decoded(&self) -> &DecodedChunks {
+        &self.0.decoded
     }
 
     pub fn clock(&self) -> &Clock {

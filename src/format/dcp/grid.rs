@@ -292,7 +292,7 @@ fn gather(
             .any(|w| runs[w[1]].1 < runs[w[0]].1 + runs[w[0]].2);
         if mine.len() == 1 || high - low > GATHER_SPAN.max(2 * total) {
             for &i in &mine {
-                read(Some(file), &mut [IoSliceMut::new(place(i)?)], runs[i].1)?;
+                read.read_at(Some(file), &mut [IoSliceMut::new(place(i)?)], runs[i].1)?;
             }
         } else if !overlap && 2 * mine.len() <= MAX_SLICES {
             spare.resize((high - low - total) as usize, 0);
@@ -309,10 +309,10 @@ fn gather(
                 slices.push(IoSliceMut::new(place(i)?));
                 end = at + n;
             }
-            read(Some(file), &mut slices, low)?;
+            read.read_at(Some(file), &mut slices, low)?;
         } else {
             spare.resize((high - low) as usize, 0);
-            read(Some(file), &mut [IoSliceMut::new(spare)], low)?;
+            read.read_at(Some(file), &mut [IoSliceMut::new(spare)], low)?;
             for &i in &mine {
                 let (_, at, n) = runs[i];
                 let from = (at - low) as usize;

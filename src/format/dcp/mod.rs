@@ -23,12 +23,12 @@ use std::fs::{File, Metadata};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::RwLock;
 
 use serde_json::Value as Json;
 
 use super::description::{Conversion, Description, NotOffered, OpenData, Seen, Tensor};
 use super::error::FormatError;
+use super::input::{Input, Parsed};
 use super::pytorch::dtypes::file_only;
 use super::pytorch::{describe_archive, trap_in};
 pub use error::DcpError;
@@ -65,23 +65,27 @@ enum Model {
     Group(String),
 }
 
-/// The choice of `-o dcp_model=`, for the whole process.
-static MODEL: RwLock<Model> = RwLock::new(Model::Auto);
-
-/// Takes the value of `-o dcp_model=`: `auto`, `all` or a group's name.
-pub fn choose_model(value: &str) -> Result<(), String> {
-    let model = match value {
-        "auto" => Model::Auto,
-        "all" => Model::All,
-        "" => return Err("a group's name, `auto` or `all`".into()),
-        group => Model::Group(group.trim_end_matches('.').to_string()),
-    };
-    *MODEL.write().unwrap_or_else(|e| e.into_inner()) = model;
-    Ok(())
+impl Model {
+    /// The choice `-o dcp_model=` gives: `auto`, `all` or a group's name.
+    fn parse(value: &str) -> Result<Model, String> {
+        Ok(match value {
+            "auto" => Model::Auto,
+            "all" => Model::All,
+            "" => return Err("a group's name, `auto` or `all`".into()),
+            group => Model::Group(group.trim_end_matches('.').to_string()),
+        })
+    }
 }
 
-/// Reads the checkpoint whose `.metadata` is `file` (at `path`).
-pub fn describe(file: &File, path: &Path, open: &OpenData<'_>) -> Result<Description, FormatError> {
+/// Parses the value of `-o dcp_model=` (see [`Model::parse`]) into what [`describe`] takes.
+pub fn parse_model(value: &str) -> Result<Parsed, String> {
+    Ok(Arc::new(Model::parse(value)?))
+}
+
+/// Reads the checkpoint whose `.metadata` is the input's file.
+pub fn describe(input: Input<'_>) -> Result<Description, FormatError> {
+    let (file, path) = (input.file, input.path);
+    let model = input.setting::<Model>().unwrap_or(&Model::Auto);
     let invalid = |e: DcpError| FormatError::invalid(path, e);
     let io = |e| FormatError::Io(path.to_path_buf(), e);
     let len = file.metadata().map_err(io)?.len();
@@ -95,10 +99,11 @@ pub fn describe(file: &File, path: &Path, open: &OpenData<'_>) -> Result<Descrip
     file.read_exact_at(&mut bytes, 0).map_err(io)?;
     let checkpoint = metadata::read(&bytes).map_err(invalid)?;
     drop(bytes);
-    let files = open_files(open, &checkpoint.files).map_err(invalid)?;
+    let files = open_files(input.open, &checkpoint.files).map_err(invalid)?;
     Reading {
         files: &files,
         names: &checkpoint.files,
+        model,
     }
     .describe(&checkpoint)
     .map_err(invalid)
@@ -143,6 +148,8 @@ fn open_files(open: &OpenData<'_>, names: &[Box<str>]) -> Result<Vec<DataFile>, 
 struct Reading<'a> {
     files: &'a [DataFile],
     names: &'a [Box<str>],
+    /// Which tensors the conversion holds.
+    model: &'a Model,
 }
 
 impl Reading<'_> {
@@ -244,7 +251,7 @@ impl Reading<'_> {
         if let Some(v) = &c.version {
             metadata.insert("version".to_string(), Json::from(v.as_str()));
         }
-        let conversion = conversion(&tensors);
+        let conversion = conversion(&tensors, self.model);
         Ok(Description {
             kind: "dcp",
             data_start: 0,
@@ -421,10 +428,9 @@ fn model_keys(keys: &[&str], model: &Model) -> Vec<(usize, String)> {
         .collect()
 }
 
-fn conversion(tensors: &[Arc<Tensor>]) -> Result<Conversion, NotOffered> {
+fn conversion(tensors: &[Arc<Tensor>], model: &Model) -> Result<Conversion, NotOffered> {
     let keys: Vec<&str> = tensors.iter().map(|t| &*t.name).collect();
-    let model = MODEL.read().unwrap_or_else(|e| e.into_inner()).clone();
-    let state_dict: Vec<_> = model_keys(&keys, &model)
+    let state_dict: Vec<_> = model_keys(&keys, model)
         .into_iter()
         .filter(|(i, _)| !tensors[*i].file_only())
         .map(|(i, name)| (Arc::from(name.as_str()), tensors[i].clone()))

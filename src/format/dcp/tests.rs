@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::grid::{Grid, Placed, row_major};
 use super::metadata::Files;
 use super::*;
-use crate::format::Dtype;
+use crate::format::{DCP, Dtype};
 use crate::testing::read_at;
 
 /// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp_checkpoints.py`'s `tp`).
@@ -285,6 +285,34 @@ fn the_model_is_the_model_group_or_the_top_level_outside_training_state() {
         .collect();
     assert_eq!(ema, ["a", "b.c"]);
     assert_eq!(model_keys(&ks, &Model::All).len(), 5);
+}
+
+#[test]
+fn the_setting_a_reader_is_given_chooses_the_conversion() {
+    let path = tp().join(".metadata");
+    let file = File::open(&path).unwrap();
+    let dir = tp();
+    let open = |name: &str| File::open(dir.join(name));
+    let keys = |setting: Option<&str>| {
+        let parsed = setting.map(|v| parse_model(v).unwrap());
+        let mut input = Input::new(&file, &path, &open);
+        if let Some(p) = &parsed {
+            input = input.with_setting(&**p);
+        }
+        let d = DCP.read(input).unwrap();
+        let c = d.conversion.unwrap().unwrap();
+        c.state_dict
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .collect::<Vec<_>>()
+    };
+    let auto = keys(None);
+    assert_eq!(keys(Some("auto")), auto);
+    assert!(auto.contains(&"wq.weight".to_string()), "{auto:?}");
+    let all = keys(Some("all"));
+    assert!(all.contains(&"model.wq.weight".to_string()), "{all:?}");
+    assert_eq!(keys(Some("model.")), auto);
+    assert!(parse_model("").is_err());
 }
 
 /// A field of an object a test pickle builds: its name, and what writes its value.

@@ -320,7 +320,7 @@ impl Computed for Typed {
             return Ok(());
         };
         let skip = first % EVERY;
-        let mut own = |buf: &mut [u8], at: u64| read(None, &mut [IoSliceMut::new(buf)], at);
+        let mut own = |buf: &mut [u8], at: u64| read.read_at(None, &mut [IoSliceMut::new(buf)], at);
         let mut win = Window::new(ReadFn(&mut own), self.end());
         let mut bytes = vec![0u8; ((last - first) * vb) as usize];
         self.walk(
