@@ -1,7 +1,7 @@
 //! A SOURCE as the commands that read all of it (`verify`, `diff`) see it: the tree a mount would
 //! show, its weight files, and every file of the tree with its path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -157,6 +157,8 @@ impl Model {
             }
         }
         let (mut files, mut unopened) = (Vec::new(), Vec::new());
+        // The sources reached through a link kept as a link (a snapshot's file, to its blob).
+        let mut linked: HashSet<&Path> = HashSet::new();
         for (path, ino, node) in &all {
             if generated(node) {
                 continue;
@@ -188,23 +190,38 @@ impl Model {
             let holds = held.get(source.path.as_path());
             let blob = source.recorded().is_some_and(|r| r.how == How::BlobName);
             if format.is_some() || holds.is_some() || blob {
-                files.push(WeightFile {
-                    path: path.clone(),
-                    source: source.clone(),
-                    format,
-                    holds: holds
-                        .into_iter()
-                        .flat_map(|h| h.values().cloned())
-                        .collect(),
-                    gathered: gathered
-                        .remove(source.path.as_path())
-                        .into_iter()
-                        .flat_map(BTreeMap::into_values)
-                        .collect(),
-                });
+                let link = matches!(node.content, Content::Link(_));
+                if link {
+                    linked.insert(source.path.as_path());
+                }
+                files.push((
+                    WeightFile {
+                        path: path.clone(),
+                        source: source.clone(),
+                        format,
+                        holds: holds
+                            .into_iter()
+                            .flat_map(|h| h.values().cloned())
+                            .collect(),
+                        gathered: gathered
+                            .remove(source.path.as_path())
+                            .into_iter()
+                            .flat_map(BTreeMap::into_values)
+                            .collect(),
+                    },
+                    link,
+                ));
             }
         }
         unopened.extend(self.left_out(tree, "", ROOT));
+        // A file reached through links is verified under the names that reach it (a Hugging Face
+        // cache's snapshot paths, as `huggingface-cli scan-cache` lists them), not again at its
+        // own path (the blob); a blob no link reaches keeps its own.
+        let mut files: Vec<WeightFile> = files
+            .into_iter()
+            .filter(|(f, link)| *link || !linked.contains(f.source.path.as_path()))
+            .map(|(f, _)| f)
+            .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
         unopened.sort();
         (files, unopened)

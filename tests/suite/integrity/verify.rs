@@ -315,3 +315,72 @@ fn verify_hashes_a_blob_of_two_snapshots_once() {
     }
     assert_eq!(v["bytes"].as_u64(), Some(blob_len), "hashed once");
 }
+
+/// A whole Hugging Face cache with one corrupted shard: each file is reported once, under its
+/// snapshot path (as `huggingface-cli scan-cache` lists it), not again at its blob; so one
+/// `mismatch` row and one `ok` row. A blob that no snapshot names keeps its own path.
+#[test]
+fn verify_reports_each_file_of_a_cache_once_under_its_snapshot_path() {
+    let tmp = TempDir::new("integrity-cache-once");
+    let repo = tmp.path().join("models--org--m");
+    fs::create_dir_all(repo.join("blobs")).unwrap();
+    let snap = repo.join("snapshots").join("r1");
+    fs::create_dir_all(&snap).unwrap();
+    let mut shas = Vec::new();
+    for (i, fill) in [(1, 7u8), (2, 9u8)] {
+        let staged = tmp.path().join("staged.safetensors");
+        write_raw(
+            &staged,
+            r#"{"w":{"dtype":"U8","shape":[4096],"data_offsets":[0,4096]}}"#,
+            &[fill; 4096],
+        );
+        let sha = sha256sum(&staged);
+        fs::rename(&staged, repo.join("blobs").join(&sha)).unwrap();
+        let name = format!("model-0000{i}-of-00002.safetensors");
+        std::os::unix::fs::symlink(format!("../../blobs/{sha}"), snap.join(&name)).unwrap();
+        shas.push(sha);
+    }
+    // The second shard's bytes changed after download: its blob no longer has the name's digest.
+    let damaged = repo.join("blobs").join(&shas[1]);
+    let mut bytes = fs::read(&damaged).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    fs::write(&damaged, &bytes).unwrap();
+    let actual = sha256sum(&damaged);
+    let out = verify(&[s(&repo)]);
+    assert_eq!(code(&out), Some(1), "stderr: {}", stderr(&out));
+    assert_eq!(
+        lines(&out),
+        [
+            line(
+                "ok",
+                "snapshots/r1/model-00001-of-00002.safetensors",
+                &format!("sha256 {} (blob-name)", shas[0])
+            ),
+            line(
+                "mismatch",
+                "snapshots/r1/model-00002-of-00002.safetensors",
+                &format!(
+                    "expected {} (blob-name: {}), read {actual}",
+                    shas[1],
+                    canonical(&damaged)
+                )
+            ),
+        ],
+        "stderr: {}",
+        stderr(&out)
+    );
+    // A blob no snapshot names is verified at its own path.
+    fs::remove_file(snap.join("model-00001-of-00002.safetensors")).unwrap();
+    let (out, v) = verify_json(&[s(&repo)]);
+    assert_eq!(code(&out), Some(1), "stderr: {}", stderr(&out));
+    let files = by_path(&v);
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        [
+            &format!("blobs/{}", shas[0]),
+            &"snapshots/r1/model-00002-of-00002.safetensors".to_string()
+        ]
+    );
+    assert_eq!(files[&format!("blobs/{}", shas[0])]["status"], "ok");
+}
