@@ -5,7 +5,7 @@
 //!   tensors (safetensors, validated by the official crate), and the exact widening of narrow
 //!   floats and packed blocks ([`format::widen`]), the index of a sharded set
 //!   ([`format::set::index`]);
-//!   [`names`] and [`npy`]: tensor names as file names, and NPY headers;
+//!   [`names`]: tensor names as file names;
 //! - [`source`]: source files opened, interpreted, kept open within bounds, leased and read, owned
 //!   by one [`source::Sources`] value;
 //! - [`namespace`]: the tree as immutable snapshots, and the writer that turns changes of SOURCE
@@ -45,7 +45,6 @@ mod mounts;
 pub mod names;
 pub mod namespace;
 mod notify;
-mod npy;
 mod parallel;
 mod pool;
 mod refresh;

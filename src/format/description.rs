@@ -76,6 +76,25 @@ pub struct Description {
     pub seen: Vec<Seen>,
 }
 
+impl Description {
+    /// The description of a file of this kind with nothing in it yet: no tensors, no metadata, no
+    /// notes, no conversion, data from byte 0, no data files. A reader writes what it found over
+    /// it (`Description { tensors, ..Description::new("onnx") }`).
+    pub fn new(kind: &'static str) -> Description {
+        Description {
+            kind,
+            data_start: 0,
+            tensors: Vec::new(),
+            metadata: None,
+            notes: Vec::new(),
+            conversion: None,
+            split: None,
+            files: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+}
+
 /// A version of a file as `stat` gives it: which file, its size and its mtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {

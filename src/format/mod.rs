@@ -14,6 +14,9 @@
 //! - [`pytorch`]: the reader of `torch.save` checkpoints (zip and legacy), whose pickle is
 //!   interpreted without running any of it;
 //! - [`onnx`]: the reader of ONNX models, whose protobuf is walked by `pread`, never read whole;
+//! - [`kit`]: codecs several formats share (the pickle machine, the zip directory, NPY headers,
+//!   notes), none of them a format's;
+//! - [`input`] and [`settings`]: what a reader is given, and the formats' own options, parsed once;
 //! - [`set`]: sets of files (an index and its shards, numbered shards): their names, the index
 //!   parsed;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
@@ -27,12 +30,14 @@ mod formats;
 pub mod gguf;
 pub mod half;
 mod input;
+pub mod kit;
 mod listing;
 mod ollama;
 mod onnx;
 mod pytorch;
 mod safetensors;
 pub mod set;
+mod settings;
 pub mod widen;
 
 pub use converted::{Converted, Part};
@@ -46,7 +51,8 @@ pub use formats::{
     Beside, DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store,
     conversion_key,
 };
-pub use input::{Input, Settings};
+pub use input::Input;
 pub use listing::{Listed, Listing};
 pub use safetensors::rule_name;
 pub use set::{IndexName, Numbered};
+pub use settings::Settings;

@@ -15,10 +15,10 @@ use super::draft::{self, Draft};
 use super::error::BuildError;
 use super::node::{Attr, Content, Kind, no_xattrs, presented};
 use super::options::{Layout, Options};
+use crate::format::kit::npy;
 use crate::format::widen::Widening;
 use crate::format::{Dtype, Tensor};
 use crate::names::Shortener;
-use crate::npy;
 use crate::source::{Source, Warning};
 
 /// The name of the file holding a header's `__metadata__` (a key the format reserves).

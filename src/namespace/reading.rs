@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::entry::lies_in;
 use super::node::{Content, Node, presented};
 use crate::format::Tensor;
+use crate::format::kit::npy;
 use crate::format::widen::Widening;
-use crate::npy;
 use crate::source::{Body, Piece, ReadError, Reading, Source, Stored, Wait};
 
 /// Why a file of the tree has nothing to read.

@@ -634,6 +634,57 @@ fn the_checker_finds_a_cycle_through_a_re_export_and_none_in_a_chain() {
     assert!(inline_paths(&code("// crate::a::Y\nlet s = \"crate::b::X\";")).is_empty());
 }
 
+/// The format kit (`src/format/kit/`: codecs several formats share) names no format: none of its
+/// files imports a format's module, directly or through a re-export, nor names a format in a
+/// string; a format that uses a codec brings its own rules (an allow-list, its errors' names).
+#[test]
+fn the_format_kit_names_no_format() {
+    use tensormount::format::Format;
+    let c = read_crate();
+    let kit: ModPath = vec!["format".into(), "kit".into()];
+    let formats: Vec<ModPath> = Format::ALL
+        .into_iter()
+        .map(|f| vec!["format".to_string(), f.name().to_string()])
+        .collect();
+    let edges = c.edges();
+    let mut found = Vec::new();
+    for (module, to) in &edges {
+        if !module.starts_with(&kit) {
+            continue;
+        }
+        for target in to {
+            if formats.iter().any(|f| target.starts_with(f)) {
+                found.push(format!("{} uses {}", show(module), show(target)));
+            }
+        }
+        let text = code_with_strings(&c.files[module]);
+        for (line, literal) in literals(&text) {
+            let lower = literal.to_ascii_lowercase();
+            for f in Format::ALL {
+                if lower.contains(f.name()) {
+                    found.push(format!(
+                        "{}:{line}: {literal:?} names {}",
+                        show(module),
+                        f.name()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(edges.keys().any(|m| m.starts_with(&kit)), "no kit found");
+    assert!(
+        found.is_empty(),
+        "the kit names formats:\n{}",
+        found.join("\n")
+    );
+}
+
+/// A file's text up to its test module.
+fn code_with_strings(file: &Path) -> String {
+    let text = fs::read_to_string(file).unwrap();
+    text.split("#[cfg(test)]").next().unwrap_or("").to_string()
+}
+
 #[test]
 fn no_file_of_src_is_over_the_limit_before_its_tests() {
     let mut all = Vec::new();

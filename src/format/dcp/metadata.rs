@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use super::error::{DcpError, Rule};
 use crate::format::description::inside;
-use crate::format::pytorch::danger::globals_outside;
+use crate::format::kit::pickle::globals_outside;
+use crate::format::kit::pickle::{self, Id, Pickle, SeqKind, Value};
 use crate::format::pytorch::dtypes::{Elem, dtype_global};
-use crate::format::pytorch::pickle::{self, Id, Pickle, SeqKind, Value};
 
 /// The module of DCP's metadata classes.
 const METADATA: &str = "torch.distributed.checkpoint.metadata";
@@ -119,7 +119,7 @@ pub(super) fn unsafe_globals(p: &Pickle) -> Vec<String> {
 
 /// Reads the bytes of a `.metadata`: its pickle, its globals checked, walked.
 pub(super) fn read(bytes: &[u8]) -> Result<Checkpoint, DcpError> {
-    let p = pickle::load(bytes).map_err(|e| {
+    let p = pickle::load(bytes, allowed).map_err(|e| {
         // The machine names the globals read before the failure that torch.save's list lacks;
         // those of this list are no trap.
         let named: Vec<String> = e

@@ -253,15 +253,13 @@ impl Reading<'_> {
         }
         let conversion = conversion(&tensors, self.model);
         Ok(Description {
-            kind: "dcp",
-            data_start: 0,
             tensors,
             metadata: Some(metadata),
             notes,
             conversion: Some(conversion),
-            split: None,
             files: self.names.to_vec(),
             seen: self.files.iter().map(|f| Seen::of(&f.meta)).collect(),
+            ..Description::new("dcp")
         })
     }
 

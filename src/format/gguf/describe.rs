@@ -65,19 +65,16 @@ fn description(header: &Header) -> Description {
         metadata: scalars,
     };
     Description {
-        kind: "gguf",
         data_start: header.data_start,
         tensors,
         metadata: Some(metadata),
-        notes: Vec::new(),
         conversion: Some(if conversion.state_dict.is_empty() {
             Err(NotOffered::Unfit("no tensors".into()))
         } else {
             Ok(conversion)
         }),
         split: split(header),
-        files: Vec::new(),
-        seen: Vec::new(),
+        ..Description::new("gguf")
     }
 }
 

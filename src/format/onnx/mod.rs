@@ -29,9 +29,7 @@ use wire::{At, Spans, Window, Wire};
 use super::description::{Conversion, Description, NotOffered, Tensor, inside};
 use super::dtype::Dtype;
 use super::error::FormatError;
-
-/// Most notes kept for one model (then one that counts the rest).
-const MAX_NOTES: usize = 100;
+use super::kit::notes;
 
 /// Reads `file` (whose path is `path`, for messages) as an ONNX model.
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
@@ -55,25 +53,14 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
     }
     tensors.sort_by(|a, b| (a.begin, &a.name).cmp(&(b.begin, &b.name)));
     let conversion = conversion(&tensors, &model.metadata);
-    let more = notes.len().saturating_sub(MAX_NOTES);
-    let mut notes: Vec<String> = notes
-        .into_iter()
-        .take(MAX_NOTES)
-        .map(|n| format!("{}: {n}", path.display()))
-        .collect();
-    if more > 0 {
-        notes.push(format!("{}: and {more} more", path.display()));
-    }
+    let notes = notes::bounded(notes, 0, path);
     Ok(Description {
-        kind: "onnx",
-        data_start: 0,
         tensors,
         metadata: Some(model.metadata),
         notes,
         conversion: Some(conversion),
-        split: None,
         files: files.names,
-        seen: Vec::new(),
+        ..Description::new("onnx")
     })
 }
 

@@ -12,9 +12,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::container::{Container, Rule, Span, checkpoint, load_at, refused_trap, trap_found};
-use super::pickle::{Pickle, Value};
 use super::{danger, torch};
 use crate::format::error::FormatError;
+use crate::format::kit::pickle::{Pickle, Value};
 
 /// How much of the file's start is looked at to tell what it is (a tar header is 512 bytes).
 pub(super) const SNIFF_LEN: u64 = 512;

@@ -1,17 +1,16 @@
 //! The reader of PyTorch checkpoints written by `torch.save`: the zip format (PyTorch 1.6 and
-//! later) and the legacy format before it. The pickle is interpreted by a machine that only builds
-//! data ([`pickle`]): no global is ever imported, looked up or called.
+//! later) and the legacy format before it. The pickle is interpreted by the kit's machine, which
+//! only builds data ([`crate::format::kit::pickle`]): no global is ever imported, looked up or
+//! called.
 //!
-//! - [`pickle`]: the non-executing pickle machine, [`value`]: what it builds, and [`text`]: its
-//!   protocol 0 strings decoded as Python decodes them;
 //! - [`dtypes`]: torch's element types and the safetensors dtypes they are;
 //! - [`torch`]: what torch's rebuild functions, storages and dtypes in a pickle mean: tensors;
 //! - [`rule`]: the rules a checkpoint breaks, each refusal's name;
-//! - [`danger`]: the globals that say a pickle is a trap (nothing is run either way), and
-//!   [`rebinding`]: what a pickle writes into modules, after which every global it reads is one;
+//! - [`danger`]: the allow-list of the globals `torch.save` writes, which the machine is given:
+//!   any other says a pickle is a trap (nothing is run either way);
 //! - [`zip`] and [`legacy`]: where each storage's bytes lie in the file, by container, each giving
-//!   a [`container::Container`]; [`zip_directory`]: a zip archive's records, as torch's reader
-//!   finds them.
+//!   a [`container::Container`]; the zip archive's records are the kit's
+//!   ([`crate::format::kit::zip`]), its rules mapped to this reader's.
 //!
 //! This module tells the containers apart by the file's first bytes and places each tensor in its
 //! storage: tensor offsets are absolute file offsets (`data_start` is 0).
@@ -20,14 +19,9 @@ mod container;
 pub(crate) mod danger;
 pub(crate) mod dtypes;
 mod legacy;
-pub(crate) mod pickle;
-mod rebinding;
 mod rule;
-mod text;
 mod torch;
-pub(crate) mod value;
 mod zip;
-mod zip_directory;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -37,10 +31,12 @@ use std::sync::Arc;
 
 use super::description::{Conversion, Description, NotOffered, Tensor};
 use super::error::FormatError;
+use super::kit::notes;
+use super::kit::pickle;
+use crate::format::kit::zip::Archive;
 use container::{Container, NOT_OFFERED, Span, UNSAFE, checkpoint, load_at, trap, trap_found};
 pub use rule::Rule;
-use torch::{Found, MAX_NOTES};
-use zip_directory::Archive;
+use torch::Found;
 
 /// Reads `file` (whose path is `path`, for messages) as a PyTorch checkpoint.
 pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
@@ -192,15 +188,10 @@ fn build(c: Container, path: &Path) -> Result<Description, FormatError> {
         Err(NotOffered::Trap(why))
     };
     Ok(Description {
-        kind: c.kind,
-        data_start: 0,
         tensors,
-        metadata: None,
-        notes: bounded_notes(notes, walked.more_notes, path),
+        notes: notes::bounded(notes, walked.more_notes, path),
         conversion: Some(conversion),
-        split: None,
-        files: Vec::new(),
-        seen: Vec::new(),
+        ..Description::new(c.kind)
     })
 }
 
@@ -221,21 +212,6 @@ fn left_out_note(names: &[String]) -> String {
          file or no safetensors dtype: {}{more}",
         listed.join(", ")
     )
-}
-
-/// The notes as whole messages (the logger adds `tensormount: `), at most [`MAX_NOTES`] and one that counts the rest (and the
-/// `more` the walk did not keep).
-fn bounded_notes(notes: Vec<String>, more: usize, path: &Path) -> Vec<String> {
-    let more = notes.len().saturating_sub(MAX_NOTES).saturating_add(more);
-    let mut out: Vec<String> = notes
-        .into_iter()
-        .take(MAX_NOTES)
-        .map(|n| format!("{}: {n}", path.display()))
-        .collect();
-    if more > 0 {
-        out.push(format!("{}: and {more} more", path.display()));
-    }
-    out
 }
 
 /// The tensor's place in the file, checked to lie inside its storage, which lies in the file (the

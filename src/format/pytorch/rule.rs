@@ -1,6 +1,7 @@
 //! The rules a checkpoint breaks, by the PyTorch reader (each refusal names one: `[UnsafePickle]`).
 
-use super::value::PickleRule;
+use crate::format::kit::pickle::PickleRule;
+use crate::format::kit::zip::ZipRule;
 
 /// Declares [`Rule`], each rule named as its variant.
 macro_rules! rules {
@@ -12,6 +13,8 @@ macro_rules! rules {
             $($(#[$doc])* $rule,)*
             /// A rule of the pickle machine.
             Pickle(PickleRule),
+            /// A rule of the zip archive's directory.
+            Zip(ZipRule),
         }
 
         impl Rule {
@@ -20,6 +23,7 @@ macro_rules! rules {
                 match self {
                     $(Rule::$rule => stringify!($rule),)*
                     Rule::Pickle(p) => p.name(),
+                    Rule::Zip(z) => z.name(),
                 }
             }
         }
@@ -65,28 +69,6 @@ rules! {
     EntryTooLarge,
     /// Records that overlap each other or the directory.
     OverlappingEntries,
-    /// No end record: an archive cut short, or still being written.
-    NoEndRecord,
-    /// An end record torch's reader refuses.
-    BadEndRecord,
-    /// Bytes between the directory and the end records, or after them.
-    EndRecordLayout,
-    /// An end record and its zip64 record that disagree.
-    Zip64Mismatch,
-    /// A directory larger than read.
-    DirectoryTooLarge,
-    /// A directory torch's reader refuses.
-    BadDirectory,
-    /// Bytes at the end of the directory that are no record.
-    DirectoryLayout,
-    /// A record whose fields torch's reader refuses.
-    BadRecord,
-    /// More records than the end record counts.
-    RecordCount,
-    /// A local header that is not there or disagrees with its record.
-    LocalHeader,
-    /// A record's data past the end of the file.
-    EntryOutOfFile,
 }
 
 /// The PyTorch reader's error: the rule a checkpoint breaks, what was found, and whether the file

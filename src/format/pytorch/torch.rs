@@ -9,11 +9,10 @@
 use std::collections::HashSet;
 
 use super::dtypes::{Elem, QUANTIZED, dtype_global, file_only, storage_class};
-use super::pickle::{Id, Pickle, SeqKind, Value};
 use crate::format::Dtype;
+use crate::format::kit::notes::MAX_NOTES;
+use crate::format::kit::pickle::{Id, Pickle, SeqKind, Value};
 
-/// Most notes kept per file; the rest are counted in one last note.
-pub(super) const MAX_NOTES: usize = 100;
 /// Deepest nesting of containers walked; deeper subtrees are ignored (with a note).
 const MAX_DEPTH: usize = 256;
 /// Values visited per byte of the pickle, at most: each reference to a value takes a byte, so only
@@ -623,7 +622,7 @@ fn describe(p: &Pickle, value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::pytorch::pickle::load;
+    use crate::format::kit::pickle::load;
 
     fn s(text: &str) -> Vec<u8> {
         let mut b = vec![b'X'];
@@ -676,7 +675,7 @@ mod tests {
         let mut b = b"\x80\x02".to_vec();
         b.extend(body);
         b.push(b'.');
-        load(&b).unwrap()
+        load(&b, super::super::danger::allowed).unwrap()
     }
 
     fn names(w: &Walked) -> Vec<&str> {

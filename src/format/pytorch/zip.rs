@@ -16,9 +16,9 @@ use flate2::read::DeflateDecoder;
 
 use super::container::{Container, MAX_PICKLE, Rule, Span, checkpoint, pickle_error, refused_trap};
 use super::danger;
-use super::pickle;
-use super::zip_directory::{self, Archive, At, Record};
 use crate::format::error::FormatError;
+use crate::format::kit::pickle;
+use crate::format::kit::zip::{self as zip_directory, Archive, At, Record, ZipError};
 
 /// Longest `byteorder` entry read (`little` or `big`).
 const MAX_BYTEORDER: u64 = 16;
@@ -33,9 +33,22 @@ const DEFLATED: u16 = 8;
 /// Flags that make torch's reader refuse to read a record: encrypted, strong encryption, patch.
 const UNREADABLE: u16 = 1 | 1 << 6 | 1 << 5;
 
+/// The error of the archive at `path` whose directory breaks a rule of the zip reader's, as a
+/// checkpoint's (the rule keeps its name: `[NoEndRecord]`).
+fn zip_error(path: &Path, e: ZipError) -> FormatError {
+    match e {
+        ZipError::Broken {
+            rule,
+            what,
+            cut_short,
+        } => checkpoint(path, Rule::Zip(rule), what, cut_short),
+        ZipError::Io(e) => FormatError::Io(path.to_path_buf(), e),
+    }
+}
+
 /// Reads the archive's directory, its pickle and its storages' places.
 pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Container, FormatError> {
-    let dir = zip_directory::read(file, len, path)?;
+    let dir = zip_directory::read(file, len).map_err(|e| zip_error(path, e))?;
     let records = &dir.records;
     // torch takes the top folder from the first record (it refuses an archive whose first record
     // is in none), and looks every name up in it in any case.
@@ -55,8 +68,8 @@ pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Container
     // each names is as unsafe, and a refused file that is a trap is refused as one.
     let mut unsafe_globals = Vec::new();
     let main = read_record(file, pkl, MAX_PICKLE, path).and_then(|b| {
-        pickle::load(&b).map_err(|e| {
-            danger::merge(&mut unsafe_globals, e.unsafe_globals.clone());
+        pickle::load(&b, danger::allowed).map_err(|e| {
+            pickle::merge(&mut unsafe_globals, e.unsafe_globals.clone());
             pickle_error(path, &pkl.shown(), e)
         })
     });
@@ -84,15 +97,15 @@ pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Container
         if r.method == DEFLATED {
             inflated += bytes.len() as u64;
         }
-        match pickle::load(&bytes) {
+        match pickle::load(&bytes, danger::allowed) {
             Ok(p) => danger::unsafe_globals(&p.values, &mut unsafe_globals),
-            Err(err) => danger::merge(&mut unsafe_globals, err.unsafe_globals),
+            Err(err) => pickle::merge(&mut unsafe_globals, err.unsafe_globals),
         }
     }
     // A file refused for another rule whose pickles name an unsafe global is refused as a trap.
     let refuse = |e| refused_trap(path, &unsafe_globals, e);
     if let Some(e) = dir.fault {
-        return Err(refuse(e));
+        return Err(refuse(zip_error(path, e)));
     }
     if let Some(e) = layout(records, top, dir.central, path) {
         return Err(refuse(e));

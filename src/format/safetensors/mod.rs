@@ -103,15 +103,10 @@ pub fn describe(file: &File, path: &Path) -> Result<Description, FormatError> {
         _ => return Err(invalid(SafeTensorError::MetadataIncompleteBuffer)),
     }
     Ok(Description {
-        kind: "safetensors",
         data_start,
         tensors,
         metadata: metadata.map(|m| m.into_iter().map(|(k, v)| (k, v.into())).collect()),
-        notes: Vec::new(),
-        conversion: None,
-        split: None,
-        files: Vec::new(),
-        seen: Vec::new(),
+        ..Description::new("safetensors")
     })
 }
 

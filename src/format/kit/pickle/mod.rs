@@ -2,7 +2,8 @@
 //! `pickletools` lists them) builds plain data in an arena. A global (`GLOBAL`, `STACK_GLOBAL`,
 //! `INST`, `OBJ`, `EXT*`) is only its name; calling one (`REDUCE`, `NEWOBJ`, `INST`, `OBJ`) only
 //! records the callable and its arguments; `BUILD`, `SETITEMS` and `APPENDS` on such an object
-//! record what they would have given it. What torch meant by it is [`torch`](super::torch)'s.
+//! record what they would have given it. What a format meant by it is that format's reader's;
+//! the globals it may name are the allow-list that format passes in ([`globals`]).
 //!
 //! Values live in an arena addressed by index, so memo sharing costs nothing, containers can grow
 //! after being memoized, and cycles are only indexes. Everything is bounded by the input: each
@@ -12,10 +13,15 @@
 
 use std::collections::HashMap;
 
-use super::danger::unsafe_globals;
-use super::rebinding::{self, Rebinding, Setter, state_pairs};
-use super::text::{TextInt, int_line, long_line, minimal, raw_unicode_escape, unquote};
-pub(crate) use super::value::{
+mod globals;
+mod rebinding;
+mod text;
+mod value;
+
+pub(crate) use globals::{Allowed, globals_outside, merge};
+use rebinding::{Rebinding, Setter, state_pairs};
+use text::{TextInt, int_line, long_line, long_value, raw_unicode_escape, unquote};
+pub(crate) use value::{
     Added, FALSE, Id, NONE, Pickle, PickleError, PickleRule, SeqKind, TRUE, Value,
 };
 
@@ -25,11 +31,10 @@ const MAX_VALUES: usize = 1 << 25;
 const MAX_STACK: usize = 1 << 24;
 /// Highest pickle protocol.
 const MAX_PROTOCOL: u8 = 5;
-/// Longest integer (in bytes) kept as a number; longer ones are kept as their bytes.
-const SMALL_LONG: usize = 8;
 
-/// Runs the pickle at the start of `input` up to its `STOP`.
-pub(crate) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
+/// Runs the pickle at the start of `input` up to its `STOP`. Where it breaks a rule, the error
+/// names the globals it named before that which `allowed` does not allow.
+pub fn load(input: &[u8], allowed: Allowed) -> Result<Pickle, PickleError> {
     let mut m = Machine {
         input,
         pos: 0,
@@ -44,7 +49,7 @@ pub(crate) fn load(input: &[u8]) -> Result<Pickle, PickleError> {
     };
     m.run().map_err(|mut e| {
         // What it named before it failed is what Python would have imported.
-        unsafe_globals(&m.values, &mut e.unsafe_globals);
+        globals_outside(&m.values, allowed, &mut e.unsafe_globals);
         e
     })
 }
@@ -611,7 +616,8 @@ impl<'a> Machine<'a> {
             }
             0x97 | 0x98 => {
                 return Err(self.error(PickleRule::OutOfBandBuffer,
-                    "an out-of-band buffer (NEXT_BUFFER/READONLY_BUFFER), which torch.save never writes",
+                    "an out-of-band buffer (NEXT_BUFFER/READONLY_BUFFER), which only the caller of a load \
+                     supplies, never a file",
                 ));
             }
             _ => {
@@ -673,36 +679,19 @@ impl<'a> Machine<'a> {
     }
 }
 
-/// The integer of little-endian two's complement `bytes` (as `LONG1` holds it): an `Int` if it
-/// fits, else a `BigInt` of the fewest bytes that hold it (so that equal numbers are equal
-/// values).
-fn long_value(bytes: &[u8]) -> Value {
-    let bytes = minimal(bytes.to_vec());
-    if bytes.len() > SMALL_LONG {
-        return Value::BigInt(bytes.into());
-    }
-    let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
-        0xff
-    } else {
-        0
-    };
-    let mut word = [fill; 8];
-    for (slot, &b) in word.iter_mut().zip(&bytes) {
-        *slot = b;
-    }
-    Value::Int(i64::from_le_bytes(word))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A format's allow-list, as the tests' stand-in: the builtins and the collections.
+    const PLAIN_DATA: Allowed = |module, _| matches!(module, "builtins" | "collections");
+
     fn run(bytes: &[u8]) -> Pickle {
-        load(bytes).unwrap_or_else(|e| panic!("{e:?}"))
+        load(bytes, PLAIN_DATA).unwrap_or_else(|e| panic!("{e:?}"))
     }
 
     fn err(bytes: &[u8]) -> PickleError {
-        load(bytes).unwrap_err()
+        load(bytes, PLAIN_DATA).unwrap_err()
     }
 
     /// The items of the top value (a tuple or list), as values.
@@ -915,7 +904,7 @@ mod tests {
         let whole = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01ctorch\nFloatStorage\nq\x02K\x01\x8a\x02\x00\x01G?\xf0\x00\x00\x00\x00\x00\x00\x87\x86u.";
         run(whole);
         for n in 0..whole.len() {
-            assert!(load(&whole[..n]).is_err(), "{n}");
+            assert!(load(&whole[..n], PLAIN_DATA).is_err(), "{n}");
         }
         assert!(err(b"\x80\x02K").cut_short());
     }

@@ -20,10 +20,6 @@
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-
-use super::container::{Rule, checkpoint};
-use crate::format::error::FormatError;
 
 const END: u32 = 0x0605_4b50;
 const END_LEN: u64 = 22;
@@ -53,7 +49,7 @@ const MAX_DIRECTORY: u64 = 64 << 20;
 
 /// One record of the directory.
 #[derive(Debug)]
-pub(super) struct Record {
+pub struct Record {
     /// The central record's name, as its raw bytes.
     pub name: Vec<u8>,
     pub method: u16,
@@ -88,11 +84,11 @@ impl Record {
 /// The records of an archive, in the directory's order, and the first thing found in it that a
 /// zip writer does not write.
 #[derive(Debug)]
-pub(super) struct Directory {
+pub struct Directory {
     pub records: Vec<Record>,
     /// Where the central directory lies.
     pub central: (u64, u64),
-    pub fault: Option<FormatError>,
+    pub fault: Option<ZipError>,
 }
 
 /// The end record, and the zip64 record where there is one, as torch's reader takes them.
@@ -105,13 +101,13 @@ struct End {
     disk: u64,
 }
 
-/// Reads the directory of the archive `file` (`len` bytes; `path` for messages).
-pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Directory, FormatError> {
+/// Reads the directory of the archive `file` (`len` bytes).
+pub fn read(file: Archive<'_>, len: u64) -> Result<Directory, ZipError> {
     let mut faults = Faults(None);
-    let end = end(file, len, path, &mut faults)?;
-    let mut records = records(file, path, &end, &mut faults)?;
+    let end = end(file, len, &mut faults)?;
+    let mut records = records(file, &end, &mut faults)?;
     for r in &mut records {
-        local_header(file, len, path, r, &mut faults)?;
+        local_header(file, len, r, &mut faults)?;
     }
     Ok(Directory {
         records,
@@ -121,16 +117,78 @@ pub(super) fn read(file: Archive<'_>, len: u64, path: &Path) -> Result<Directory
 }
 
 /// The first fault found.
-struct Faults(Option<FormatError>);
+struct Faults(Option<ZipError>);
 
 impl Faults {
-    fn add(&mut self, e: FormatError) {
+    fn add(&mut self, e: ZipError) {
         self.0.get_or_insert(e);
     }
 }
 
-fn io_error(path: &Path) -> impl Fn(io::Error) -> FormatError + '_ {
-    |e| FormatError::Io(path.to_path_buf(), e)
+/// Declares [`ZipRule`], each rule named as its variant.
+macro_rules! rules {
+    ($($(#[$doc:meta])* $rule:ident,)*) => {
+        /// The rules an archive breaks, by this reader.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ZipRule {
+            $($(#[$doc])* $rule,)*
+        }
+
+        impl ZipRule {
+            /// Its name, as a refusal shows it (`[NoEndRecord]`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ZipRule::$rule => stringify!($rule),)*
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    /// No end record: an archive cut short, or still being written.
+    NoEndRecord,
+    /// An end record torch's reader refuses.
+    BadEndRecord,
+    /// Bytes between the directory and the end records, or after them.
+    EndRecordLayout,
+    /// An end record and its zip64 record that disagree.
+    Zip64Mismatch,
+    /// A directory larger than read.
+    DirectoryTooLarge,
+    /// A directory torch's reader refuses.
+    BadDirectory,
+    /// Bytes at the end of the directory that are no record.
+    DirectoryLayout,
+    /// A record whose fields torch's reader refuses.
+    BadRecord,
+    /// More records than the end record counts.
+    RecordCount,
+    /// A local header that is not there or disagrees with its record.
+    LocalHeader,
+    /// A record's data past the end of the file.
+    EntryOutOfFile,
+}
+
+/// Why an archive is not read: a rule it breaks, or a failed read.
+#[derive(Debug)]
+pub enum ZipError {
+    /// It breaks `rule`: what was found, and whether the file ends too soon (what a file still
+    /// being written looks like).
+    Broken {
+        rule: ZipRule,
+        what: String,
+        cut_short: bool,
+    },
+    Io(io::Error),
+}
+
+fn broken(rule: ZipRule, what: impl Into<String>, cut_short: bool) -> ZipError {
+    ZipError::Broken {
+        rule,
+        what: what.into(),
+        cut_short,
+    }
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -149,25 +207,24 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     })
 }
 
-fn read_at(file: Archive<'_>, at: u64, n: usize, path: &Path) -> Result<Vec<u8>, FormatError> {
+fn read_at(file: Archive<'_>, at: u64, n: usize) -> Result<Vec<u8>, ZipError> {
     let mut buf = vec![0; n];
-    file.read_exact_at(&mut buf, at).map_err(io_error(path))?;
+    file.read_exact_at(&mut buf, at).map_err(ZipError::Io)?;
     Ok(buf)
 }
 
 /// The end record (and its zip64 record), checked as torch's reader checks it.
-fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<End, FormatError> {
+fn end(file: Archive<'_>, len: u64, faults: &mut Faults) -> Result<End, ZipError> {
     let start = len.saturating_sub(SEARCH);
-    let tail = read_at(file, start, (len - start) as usize, path)?;
+    let tail = read_at(file, start, (len - start) as usize)?;
     // The last signature with a whole record after it.
     let found = (0..tail.len().saturating_sub(END_LEN as usize - 1))
         .rev()
         .find(|&i| u32_at(&tail, i) == END);
     let Some(i) = found else {
         // No end: most likely an archive still being written.
-        return Err(checkpoint(
-            path,
-            Rule::NoEndRecord,
+        return Err(broken(
+            ZipRule::NoEndRecord,
             "no zip end record in the last 69584 bytes: not a whole zip archive",
             true,
         ));
@@ -176,18 +233,16 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
     let rec = &tail[i..i + END_LEN as usize];
     // What torch's reader refuses the archive for.
     let bad = |what: String| {
-        checkpoint(
-            path,
-            Rule::BadEndRecord,
+        broken(
+            ZipRule::BadEndRecord,
             format!("the zip end record at byte {at}: {what}"),
             false,
         )
     };
     let comment = u64::from(u16_at(rec, 20));
     if at + END_LEN + comment != len {
-        faults.add(checkpoint(
-            path,
-            Rule::EndRecordLayout,
+        faults.add(broken(
+            ZipRule::EndRecordLayout,
             format!(
                 "the end record at byte {at} is followed by {} bytes where its comment is \
                  {comment}",
@@ -208,7 +263,7 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
     let mut cd_disk = u64::from(u16_at(rec, 6));
     // The zip64 record its locator names, which holds every count, size and offset.
     let locator = match at.checked_sub(LOCATOR_LEN) {
-        Some(l) if at >= LOCATOR_LEN + END64_LEN => Some((l, read_at(file, l, 20, path)?)),
+        Some(l) if at >= LOCATOR_LEN + END64_LEN => Some((l, read_at(file, l, 20)?)),
         _ => None,
     };
     if let Some((l, loc)) = locator.filter(|(_, loc)| u32_at(loc, 0) == LOCATOR) {
@@ -218,11 +273,10 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
                 "its zip64 locator names byte {z}, past the end of the file"
             )));
         }
-        let z64 = read_at(file, z, END64_LEN as usize, path)?;
+        let z64 = read_at(file, z, END64_LEN as usize)?;
         if u32_at(&z64, 0) != END64 {
-            faults.add(checkpoint(
-                path,
-                Rule::Zip64Mismatch,
+            faults.add(broken(
+                ZipRule::Zip64Mismatch,
                 format!(
                     "the zip64 locator at byte {l} names byte {z}, where no zip64 end record is"
                 ),
@@ -251,9 +305,8 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
                 && agree(e.cd_size, z64_size, SATURATED.into())
                 && agree(e.cd_start, u64_at(&z64, 48), SATURATED.into()))
             {
-                faults.add(checkpoint(
-                    path,
-                    Rule::Zip64Mismatch,
+                faults.add(broken(
+                    ZipRule::Zip64Mismatch,
                     format!(
                         "the end record says {} records, {} bytes of directory at byte {}; its \
                          zip64 record {z64_total} records, {z64_size} bytes at byte {}",
@@ -266,9 +319,8 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
                 ));
             }
             if z + END64_LEN != l {
-                faults.add(checkpoint(
-                    path,
-                    Rule::EndRecordLayout,
+                faults.add(broken(
+                    ZipRule::EndRecordLayout,
                     format!("the zip64 end record at byte {z} does not end at its locator"),
                     false,
                 ));
@@ -311,9 +363,8 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
         )));
     }
     if e.cd_start + e.cd_size != e.at {
-        faults.add(checkpoint(
-            path,
-            Rule::EndRecordLayout,
+        faults.add(broken(
+            ZipRule::EndRecordLayout,
             format!(
                 "the directory ends at byte {} and its end record starts at byte {}",
                 e.cd_start + e.cd_size,
@@ -327,16 +378,10 @@ fn end(file: Archive<'_>, len: u64, path: &Path, faults: &mut Faults) -> Result<
 
 /// The records walked within the directory's stated size: the end record's count of them must
 /// be there (else torch's reader refuses the archive), and no more.
-fn records(
-    file: Archive<'_>,
-    path: &Path,
-    e: &End,
-    faults: &mut Faults,
-) -> Result<Vec<Record>, FormatError> {
+fn records(file: Archive<'_>, e: &End, faults: &mut Faults) -> Result<Vec<Record>, ZipError> {
     if e.cd_size > MAX_DIRECTORY {
-        return Err(checkpoint(
-            path,
-            Rule::DirectoryTooLarge,
+        return Err(broken(
+            ZipRule::DirectoryTooLarge,
             format!(
                 "a directory of {} bytes, more than the {MAX_DIRECTORY} read",
                 e.cd_size
@@ -345,9 +390,8 @@ fn records(
         ));
     }
     let bad = |i: u64, what: String| {
-        checkpoint(
-            path,
-            Rule::BadDirectory,
+        broken(
+            ZipRule::BadDirectory,
             format!("record {i} of the directory {what}"),
             false,
         )
@@ -368,9 +412,8 @@ fn records(
         // A record torch's reader does not reach (past the stated count) that is no record:
         // what is left of the directory is a fault.
         let tail = |faults: &mut Faults, what: &str| {
-            faults.add(checkpoint(
-                path,
-                Rule::DirectoryLayout,
+            faults.add(broken(
+                ZipRule::DirectoryLayout,
                 format!("the directory's last {left} bytes are no record ({what})"),
                 false,
             ));
@@ -382,7 +425,7 @@ fn records(
             tail(faults, "too short");
             break;
         }
-        dir.read_exact(&mut fixed).map_err(io_error(path))?;
+        dir.read_exact(&mut fixed).map_err(ZipError::Io)?;
         if u32_at(&fixed, 0) != CENTRAL {
             if i < e.total {
                 return Err(bad(i, "has no record signature".into()));
@@ -407,7 +450,7 @@ fn records(
             break;
         }
         let mut var = vec![0u8; name_len + extra_len + comment_len];
-        dir.read_exact(&mut var).map_err(io_error(path))?;
+        dir.read_exact(&mut var).map_err(ZipError::Io)?;
         left -= whole;
         let extra = &var[name_len..name_len + extra_len];
         let (mut size, mut compressed, mut header) = (
@@ -426,9 +469,8 @@ fn records(
             data: None,
         };
         let fault = |what: &str| {
-            checkpoint(
-                path,
-                Rule::BadRecord,
+            broken(
+                ZipRule::BadRecord,
                 format!("record `{}` {what}", r.shown()),
                 false,
             )
@@ -461,9 +503,8 @@ fn records(
         ));
     }
     if walked > e.total {
-        faults.add(checkpoint(
-            path,
-            Rule::RecordCount,
+        faults.add(broken(
+            ZipRule::RecordCount,
             format!(
                 "the directory holds {walked} records where the end record says {}: torch's \
                  reader sees only the first {}",
@@ -513,15 +554,13 @@ fn zip64_values(extra: &[u8], fields: [&mut u64; 3]) -> Result<(), &'static str>
 fn local_header(
     file: Archive<'_>,
     len: u64,
-    path: &Path,
     r: &mut Record,
     faults: &mut Faults,
-) -> Result<(), FormatError> {
+) -> Result<(), ZipError> {
     let shown = r.shown();
     let fault = |what: String| {
-        checkpoint(
-            path,
-            Rule::LocalHeader,
+        broken(
+            ZipRule::LocalHeader,
             format!("entry `{shown}`: {what}"),
             false,
         )
@@ -533,7 +572,7 @@ fn local_header(
         )));
         return Ok(());
     }
-    let fixed = read_at(file, r.header, LOCAL_LEN, path)?;
+    let fixed = read_at(file, r.header, LOCAL_LEN)?;
     if u32_at(&fixed, 0) != LOCAL {
         faults.add(fault(format!("no local header at byte {}", r.header)));
         return Ok(());
@@ -548,7 +587,7 @@ fn local_header(
         ));
         return Ok(());
     }
-    let var = read_at(file, start, (name_len + extra_len) as usize, path)?;
+    let var = read_at(file, start, (name_len + extra_len) as usize)?;
     let (name, extra) = var.split_at(name_len as usize);
     if name != r.name.as_slice() {
         faults.add(fault(format!(
@@ -581,9 +620,8 @@ fn local_header(
         )));
     }
     if data.saturating_add(r.span()) > len {
-        faults.add(checkpoint(
-            path,
-            Rule::EntryOutOfFile,
+        faults.add(broken(
+            ZipRule::EntryOutOfFile,
             format!("entry `{shown}` ends past the end of the file ({len} bytes)"),
             true,
         ));
@@ -594,7 +632,7 @@ fn local_header(
 /// An archive: the bytes of `file` from `start` on (the whole file, or a `torch.save` archive
 /// written inside another file, as DCP writes each chunk). Offsets are the archive's own.
 #[derive(Clone, Copy)]
-pub(super) struct Archive<'f> {
+pub struct Archive<'f> {
     pub file: &'f File,
     pub start: u64,
 }
@@ -616,7 +654,7 @@ impl Archive<'_> {
 }
 
 /// The archive as `Read`, by `pread` from a position of its own.
-pub(super) struct At<'f> {
+pub struct At<'f> {
     pub file: Archive<'f>,
     pub pos: u64,
 }

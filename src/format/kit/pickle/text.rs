@@ -1,5 +1,8 @@
 //! The text encodings of protocol 0's opcodes, decoded as Python decodes them: `STRING`'s quoted
-//! literal (`codecs.escape_decode`) and `UNICODE`'s `raw-unicode-escape`.
+//! literal (`codecs.escape_decode`) and `UNICODE`'s `raw-unicode-escape`; and integers as the
+//! machine keeps them.
+
+use super::value::Value;
 
 /// The text of a protocol 0 `STRING` line: a Python literal in quotes, with backslash escapes.
 pub(super) fn unquote(line: &[u8]) -> Option<String> {
@@ -248,6 +251,29 @@ pub(super) fn minimal(mut bytes: Vec<u8>) -> Vec<u8> {
         bytes.push(0);
     }
     bytes
+}
+
+/// Longest integer (in bytes) kept as a number; longer ones are kept as their bytes.
+const SMALL_LONG: usize = 8;
+
+/// The integer of little-endian two's complement `bytes` (as `LONG1` holds it): an `Int` if it
+/// fits, else a `BigInt` of the fewest bytes that hold it (so that equal numbers are equal
+/// values).
+pub(super) fn long_value(bytes: &[u8]) -> Value {
+    let bytes = minimal(bytes.to_vec());
+    if bytes.len() > SMALL_LONG {
+        return Value::BigInt(bytes.into());
+    }
+    let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
+        0xff
+    } else {
+        0
+    };
+    let mut word = [fill; 8];
+    for (slot, &b) in word.iter_mut().zip(&bytes) {
+        *slot = b;
+    }
+    Value::Int(i64::from_le_bytes(word))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The values a pickle builds ([`Value`], in the arena of a [`Pickle`]) and why a pickle is refused
-//! ([`PickleError`]). The machine that builds them is [`pickle`](super::pickle).
+//! ([`PickleError`]). The machine that builds them is [`super`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +35,7 @@ pub(crate) enum Value {
         module: Box<str>,
         name: Box<str>,
         /// Why this read of the global is unsafe whatever its name: it was read after the pickle
-        /// wrote into a module or another global's object (see [`pickle`](super::pickle)), or it
+        /// wrote into a module or another global's object (see [`super`]), or it
         /// is the object written into.
         after_write: Option<Box<str>>,
     },
@@ -139,7 +139,7 @@ pub enum PickleRule {
     NegativeLength,
     /// A protocol over 5.
     UnsupportedProtocol,
-    /// An out-of-band buffer, which `torch.save` never writes.
+    /// An out-of-band buffer, which only the caller of a load supplies, never a file.
     OutOfBandBuffer,
     /// An opcode that does not exist.
     UnknownOpcode,
@@ -171,7 +171,7 @@ pub struct PickleError {
     pub rule: PickleRule,
     pub at: usize,
     pub what: String,
-    /// The unsafe globals the pickle named before the rule was broken ([`danger`](super::danger)):
+    /// The unsafe globals the pickle named before the rule was broken (see [`super::globals_outside`]):
     /// Python would have imported them before it failed.
     pub unsafe_globals: Vec<String>,
 }
