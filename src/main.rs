@@ -1,5 +1,5 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 fn main() -> std::process::ExitCode {
-    tensormount::run::main()
+    tensormount::command::run::main()
 }

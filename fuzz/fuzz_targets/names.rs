@@ -13,7 +13,7 @@ mod common;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::names::{self, Shortener};
+use tensormount::namespace::names::{self, Shortener};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&repeat, rest)) = data.split_first() else {

@@ -29,10 +29,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tensormount::clock::Clock;
+use tensormount::base::clock::Clock;
 use tensormount::format;
 use tensormount::format::widen::{Target, Widening};
-use tensormount::names;
+use tensormount::namespace::names;
 use tensormount::namespace::{
     Content, Kind, Layout, NotReadable, Options, ROOT, Snapshot, SnapshotReadError, Writer,
 };

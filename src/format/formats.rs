@@ -13,7 +13,7 @@ use super::error::FormatError;
 use super::input::{Input, Parsed};
 use super::listing::Listing;
 use super::{dcp, gguf, ollama, onnx, pytorch, safetensors};
-use crate::digest::Sha256;
+use crate::base::digest::Sha256;
 
 /// A format whose files the mount interprets. Compared by name: each is one value.
 #[derive(Clone, Copy)]

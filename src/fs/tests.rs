@@ -13,12 +13,12 @@ use std::time::Duration;
 use super::read::ReplyData;
 use super::xattrs::ReplyValue;
 use super::*;
-use crate::clock::Clock;
-use crate::invalidate::Invalidator;
+use crate::base::clock::Clock;
+use crate::base::testing::{TempDir, sha256sum, st};
 use crate::namespace::{Options, ROOT, Writer};
 use crate::refresh;
+use crate::refresh::invalidate::Invalidator;
 use crate::source::Sources;
-use crate::testing::{TempDir, sha256sum, st};
 
 /// Bytes of `b`, long enough to be sent from the source's mapping.
 const LONG: usize = 50_000;

@@ -3,7 +3,7 @@
 //! read pool), and `-o verify`'s verdict.
 
 use super::{CHECK_WAIT, Cause, FsError, TensorFs};
-use crate::digest::{Hasher, hex};
+use crate::base::digest::{Hasher, hex};
 use crate::namespace::{Content, Ino, Node, ROOT, ReadAllError};
 use crate::source::ReadError;
 

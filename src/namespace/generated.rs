@@ -30,9 +30,9 @@ use super::sets::{self, Merged, SetError, Shard, indexes, numbered};
 use super::snapshot::Snapshot;
 use super::tensor_dirs::{Build, build, metadata_of};
 use super::xattrs;
+use crate::base::parallel;
 use crate::format::set::index::{self, Plan};
 use crate::format::{Format, IndexName, Numbered};
-use crate::parallel;
 use crate::source::{Parse, Source, Warning};
 
 /// The directory of SOURCE whose generated directories are drafted.

@@ -18,7 +18,7 @@ use super::options::{Layout, Options};
 use crate::format::kit::npy;
 use crate::format::widen::Widening;
 use crate::format::{Dtype, Tensor};
-use crate::names::Shortener;
+use crate::namespace::names::Shortener;
 use crate::source::{Source, Warning};
 
 /// The name of the file holding a header's `__metadata__` (a key the format reserves).

@@ -33,6 +33,7 @@ mod error;
 mod generated;
 mod layout;
 mod live;
+pub mod names;
 mod node;
 mod options;
 mod reading;

@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::parallel;
+use crate::base::parallel;
 use crate::source::{FileId, Sources, Version, is_remote};
 
 /// A directory as one scan saw it.

@@ -28,9 +28,9 @@ use super::scan::{Scan, What};
 use super::single;
 use super::snapshot::Snapshot;
 use super::stores;
-use crate::clock::Clock;
+use crate::base::clock::Clock;
+use crate::base::sys;
 use crate::source::{FileId, Registry, Sources, Version};
-use crate::sys;
 
 /// A scan that changes within this long of its directory's mtime may miss a change made in the
 /// same clock tick: the directory is then read again on the next lookup that misses.

@@ -9,7 +9,7 @@ use log::debug;
 
 use super::entry::lies_in;
 use super::node::{Content, Node, Xattrs, presented, presented_name};
-use crate::digest::{Sha256, hex};
+use crate::base::digest::{Sha256, hex};
 use crate::format::widen::Widening;
 use crate::format::{Dtype, Format, Tensor};
 use crate::source::Source;

@@ -23,10 +23,10 @@ use super::opened::{Opened, Slot};
 use super::recorded::{self, Recorded, Verdict};
 use super::sources::Sources;
 use super::version::Version;
-use crate::digest::{self, Sha256};
+use crate::base::digest::{self, Sha256};
+use crate::base::sys;
 use crate::format::set::index::{self, Index, Plan};
 use crate::format::{Converted, Description, Format, Input, MAGIC_LEN};
-use crate::sys;
 
 /// Filesystem types (`statfs.f_type`) that may stall and whose changes made elsewhere inotify
 /// never reports: NFS, SMB, SMB2, CIFS, FUSE, 9p, Ceph, Lustre, GPFS, AFS.

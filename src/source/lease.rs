@@ -35,8 +35,8 @@ use std::time::Duration;
 
 use log::debug;
 
-use crate::clock::Clock;
-use crate::sys::{self, Signals};
+use crate::base::clock::Clock;
+use crate::base::sys::{self, Signals};
 
 /// What the kernel sends when a lease is being broken (F_SETSIG left at 0): a standard signal,
 /// so breaks that come together are delivered once, and each delivery looks at every lease.

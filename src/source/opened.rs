@@ -14,7 +14,7 @@ use memmap2::Mmap;
 
 use super::lease::Descriptor;
 use super::version::Version;
-use crate::sys;
+use crate::base::sys;
 
 /// [`resident`](Opened::resident) looks at no more pages than this in one call; a longer range is
 /// treated as not resident (a reply is at most a few MiB, 1024 pages of 4 KiB).
@@ -116,7 +116,7 @@ fn page_span(map_len: usize, start: u64, len: u64, page: usize) -> Option<(usize
 #[derive(Debug)]
 pub struct Slot {
     open: RwLock<Option<Arc<Opened>>>,
-    /// When the source was last used ([`Clock::ms`](crate::clock::Clock::ms)).
+    /// When the source was last used ([`Clock::ms`](crate::base::clock::Clock::ms)).
     used: AtomicU64,
     /// Handles on its files that clients of the mount hold open.
     holds: AtomicUsize,

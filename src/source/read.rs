@@ -30,9 +30,9 @@ use super::file::Source;
 use super::gather::{self, Stored};
 use super::opened::Opened;
 use super::sliced::Stretches;
+use crate::base::sys;
 use crate::format::widen::Widening;
 use crate::format::{ChunkAt, Decode, Reads};
-use crate::sys;
 
 /// Spans shorter than this are copied (`pread`); longer ones are sent from the source's mapping.
 /// A copy that small costs less than mapping its pages into the daemon (a fault, which also maps

@@ -11,7 +11,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::digest::{Sha256, parse_hex};
+use crate::base::digest::{Sha256, parse_hex};
 
 /// The most of a metadata or checksum file that is read.
 const MAX_RECORD: u64 = 16 << 20;
@@ -221,7 +221,7 @@ fn unescape(name: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::hex;
+    use crate::base::digest::hex;
     use std::fs;
 
     const A: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";

@@ -10,7 +10,7 @@ use super::error::SourceError;
 use super::file::Source;
 use super::sources::Sources;
 use super::version::{FileId, Version};
-use crate::parallel;
+use crate::base::parallel;
 
 /// The files of a directory not open yet are opened in batches of at most this fraction of the
 /// cap on open sources, so that those just opened and not yet counted stay a fraction of it.

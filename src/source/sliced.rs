@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::file::Source;
 use super::opened::Opened;
-use crate::sys;
+use crate::base::sys;
 
 /// Most sources one read is sliced from (more, rare, are gathered).
 const MAX_SOURCES: usize = 8;

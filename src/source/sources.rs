@@ -31,7 +31,7 @@ use log::debug;
 use super::decoded::{DEFAULT_BUDGET, DecodedChunks};
 use super::lease::Leases;
 use super::opened::{Opened, Slot};
-use crate::clock::Clock;
+use crate::base::clock::Clock;
 use crate::format::Settings;
 
 /// At most this many sources are open at once (fewer where RLIMIT_NOFILE is lower).

@@ -11,9 +11,9 @@ use super::file::Source;
 use super::gather::Stored;
 use super::read::{Body, Piece, Reading, Wait};
 use super::sources::Sources;
-use crate::clock::Clock;
+use crate::base::clock::Clock;
+use crate::base::testing::TempDir;
 use crate::format::{ChunkAt, Computed, Dtype, ReadAt, Tensor};
-use crate::testing::TempDir;
 
 /// Bytes each chunk decodes to.
 const CHUNK: usize = 4096;

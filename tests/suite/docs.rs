@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap_complete::Shell;
-use tensormount::cli::{self, IGNORED};
+use tensormount::command::cli::{self, IGNORED};
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use super::grid::{Grid, Placed, row_major};
 use super::metadata::Files;
 use super::*;
+use crate::base::testing::read_at;
 use crate::format::{DCP, Dtype};
-use crate::testing::read_at;
 
 /// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp_checkpoints.py`'s `tp`).
 fn tp() -> PathBuf {

@@ -16,7 +16,7 @@ pub use modelfile::modelfile;
 
 use self::gojson::{Json, first_value};
 use super::listing::{Listed, Listing};
-use crate::digest::{Sha256, parse_hex};
+use crate::base::digest::{Sha256, parse_hex};
 
 /// The most of a manifest that is read (ollama's are a few kilobytes; one of a model stored a
 /// tensor a blob lists thousands of layers).

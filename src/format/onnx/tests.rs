@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::IoSliceMut;
 
-use crate::testing::read_at;
+use crate::base::testing::read_at;
 
 use super::*;
 
@@ -40,7 +40,7 @@ fn model(graph: &[u8]) -> Vec<u8> {
 }
 
 fn describe_bytes(bytes: &[u8]) -> Result<Description, FormatError> {
-    let dir = crate::testing::TempDir::new("onnx");
+    let dir = crate::base::testing::TempDir::new("onnx");
     let path = dir.join("model.onnx");
     std::fs::write(&path, bytes).unwrap();
     describe(&File::open(&path).unwrap(), &path)

@@ -208,7 +208,7 @@ fn malicious_pickle() {
 
 /// `describe` on `bytes` written to a file.
 fn describe_bytes(bytes: &[u8]) -> Result<Description, FormatError> {
-    let dir = crate::testing::TempDir::new("pytorch");
+    let dir = crate::base::testing::TempDir::new("pytorch");
     let path = dir.join("model.bin");
     std::fs::write(&path, bytes).unwrap();
     describe(&File::open(&path).unwrap(), &path)

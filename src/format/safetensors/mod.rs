@@ -123,7 +123,7 @@ fn canonical_error(buf: &[u8]) -> SafeTensorError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::TempDir;
+    use crate::base::testing::TempDir;
     use std::io::{self, Write};
     use std::path::PathBuf;
 

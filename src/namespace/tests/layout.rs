@@ -15,7 +15,7 @@ use super::*;
 #[test]
 fn tensor_files_are_named_by_the_documented_encoding_and_listed_in_byte_order() {
     // (tensor name, file name, rule): the escaping table, and names that show the byte order.
-    let table: Vec<(&str, &str, &str)> = crate::names::ESCAPES
+    let table: Vec<(&str, &str, &str)> = crate::namespace::names::ESCAPES
         .iter()
         .copied()
         .chain([

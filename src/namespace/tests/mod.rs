@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-pub(super) use crate::clock::Clock;
+pub(super) use crate::base::clock::Clock;
 pub(super) use crate::namespace::sets;
 pub(super) use crate::namespace::*;
 pub(super) use crate::source::Sources;
 
-pub(super) use crate::testing::{TempDir as Dir, st};
+pub(super) use crate::base::testing::{TempDir as Dir, st};
 
 /// Writes `bytes` to a temporary name and renames it to `path`, as publishers do.
 pub(super) fn publish(path: &Path, bytes: &[u8]) {

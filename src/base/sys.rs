@@ -548,7 +548,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     use super::{IOV_MAX, pipe, read_exact_vectored_at, write_message};
-    use crate::testing::TempDir;
+    use crate::base::testing::TempDir;
 
     /// A message is its header, then each buffer in turn, written at once; one of more buffers
     /// than one `writev` takes is refused, nothing written.

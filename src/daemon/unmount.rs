@@ -24,8 +24,9 @@ use std::process::{Command, ExitCode, Stdio};
 
 use log::error;
 
-use crate::mounts::{top_mount, unmount};
-use crate::{logging, sys};
+use crate::base::sys;
+use crate::daemon::logging;
+use crate::daemon::mounts::{top_mount, unmount};
 
 /// The name the watcher runs under (its `argv[0]`).
 pub const NAME: &str = "tensormount-unmount";

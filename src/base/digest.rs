@@ -53,7 +53,7 @@ pub fn file(
     spans: &[(u64, u64)],
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<(Sha256, Vec<Sha256>)> {
-    crate::sys::sequential(file);
+    crate::base::sys::sequential(file);
     let mut whole = Hasher::default();
     let mut hashers = vec![Hasher::default(); spans.len()];
     let mut order: Vec<usize> = (0..spans.len()).collect();
@@ -92,7 +92,7 @@ pub fn file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::sha256sum;
+    use crate::base::testing::sha256sum;
 
     #[test]
     fn a_file_and_its_spans_hash_as_sha256sum_does_across_chunks() {

@@ -7,14 +7,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::clock::Clock;
+use crate::base::clock::Clock;
+use crate::base::sys;
 use crate::format::{Format, Tensor};
 use crate::namespace::{
     Content, FileError, Ino, Node, Options, Origin, ROOT, Snapshot, Writer, lies_in,
     single_file_format, unreferenced_blobs,
 };
 use crate::source::{How, Registry, Source, Sources};
-use crate::sys;
 
 /// A SOURCE read as a mount reads it, with the default options.
 pub struct Model {

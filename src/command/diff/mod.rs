@@ -70,9 +70,9 @@ use serde_json::{Value, json};
 
 use self::compare::{Done, Job, Values};
 use self::units::{Item, Pair, Unit, file_key, pair, units};
-use crate::cli::DiffArgs;
-use crate::digest::Sha256;
-use crate::model::Model;
+use crate::base::digest::Sha256;
+use crate::command::cli::DiffArgs;
+use crate::command::model::Model;
 
 /// Runs the command: the report on stdout, and an exit status that says whether A and B differ.
 pub fn main(args: DiffArgs) -> ExitCode {

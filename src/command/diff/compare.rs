@@ -10,11 +10,11 @@ use std::sync::mpsc;
 use std::thread;
 
 use super::units::Item;
-use crate::digest::{Hasher, Sha256};
+use crate::base::digest::{Hasher, Sha256};
+use crate::base::parallel;
 use crate::format::Dtype;
 use crate::format::widen::{Target, Widening};
 use crate::namespace::tensor_bytes;
-use crate::parallel;
 use crate::source::ReadError;
 
 /// Tensors up to this size are compared by reading A's whole, then B's against it; larger ones

@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use log::debug;
 
-use crate::integrity::{Activity, TensorDigests};
-use crate::invalidate::{Invalidator, Notice};
+use crate::fs::integrity::{Activity, TensorDigests};
+use crate::fs::pool::Pool;
+use crate::fs::tuning::Tuning;
 use crate::namespace::{Attr, Content, Ino, Kind, Namespace, Node, Removed, Snapshot};
-use crate::pool::Pool;
 use crate::refresh;
+use crate::refresh::invalidate::{Invalidator, Notice};
 use crate::source::{Hold, Opened, ReadError, Source, Verdict};
-use crate::tuning::Tuning;
 
 /// Threads that serve reads which may wait on storage, and how many more reads may wait for one.
 const READ_THREADS: usize = 16;
@@ -624,9 +624,12 @@ fn dir_entries(snapshot: &Snapshot, ino: Ino) -> Option<impl Iterator<Item = (In
 }
 
 mod error;
+pub(crate) mod integrity;
+pub(crate) mod pool;
 pub mod read;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tuning;
 pub mod xattrs;
 
 pub use error::{Cause, FsError};

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use crate::sys;
+use crate::base::sys;
 
 /// What a directory watch reports: entries created, deleted, moved in or out, written, or changed
 /// in attributes, and the directory itself deleted or moved.

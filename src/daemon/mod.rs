@@ -18,6 +18,11 @@
 //! mask that blocks the signals these threads wait for. SIGUSR1 asks the refresh threads for a
 //! full rescan.
 
+pub(crate) mod logging;
+pub(crate) mod mounts;
+pub(crate) mod notify;
+pub(crate) mod unmount;
+
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
@@ -27,14 +32,13 @@ use std::time::Duration;
 use fuser::{Config, MountOption, Session, SessionACL};
 use log::{debug, error, info, warn};
 
-use crate::cli::MountOptions;
+use crate::base::sys::{self, Forked, Signals};
+use crate::command::cli::MountOptions;
+use crate::daemon::mounts::{MountEntry, top_mount, unmount};
+use crate::fs::integrity::Verifier;
 use crate::fuse::Fuse;
-use crate::integrity::Verifier;
-use crate::mounts::{MountEntry, top_mount, unmount};
 use crate::refresh::Follow;
 use crate::source::{LEASE_SIGNAL, Sources};
-use crate::sys::{self, Forked, Signals};
-use crate::{logging, notify, unmount};
 
 /// What serving needs besides the filesystem: the sources, whose threads start once mounted, how
 /// long one may stay idle, and the refresh machinery if the mount follows SOURCE.
@@ -242,7 +246,7 @@ fn mount(
             .ok_or_else(|| format!("{}: mounted, but not in the mount table", mnt.display()))?;
         // Unmounted again if the watcher cannot start: a mount asked to unmount itself must not
         // be left behind by a daemon that dies.
-        unmount::start(mnt, dev).inspect_err(|_| crate::mounts::unmount(mnt))?;
+        unmount::start(mnt, dev).inspect_err(|_| crate::daemon::mounts::unmount(mnt))?;
     }
     // The handshake's 16 MiB request buffer was zeroed in the heap's free space (what the build
     // freed) and dropped: give those pages back rather than keep them resident for the mount's life.

@@ -7,17 +7,22 @@ use std::sync::Arc;
 
 use clap::FromArgMatches;
 
-use crate::cli::{self, Args, Command, MountOptions};
-use crate::clock::Clock;
+use crate::base::clock::Clock;
+use crate::base::sys;
+use crate::command::cli::{self, Args, Command, MountOptions};
+use crate::command::diff;
+use crate::command::list;
+use crate::command::verify;
+use crate::daemon::logging;
+use crate::daemon::unmount;
 use crate::daemon::{self, Serve};
+use crate::fs::integrity::{Activity, Verifier};
+use crate::fs::tuning::Tuning;
 use crate::fs::{Live, TensorFs};
 use crate::fuse::Fuse;
-use crate::integrity::{Activity, Verifier};
 use crate::namespace::{Namespace, Options, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
-use crate::tuning::Tuning;
-use crate::{diff, listing, logging, sys, unmount, verify};
 
 /// `tensormount`'s `main`: exit 0 once mounted (or listed), 1 with a message on stderr otherwise.
 pub fn main() -> ExitCode {
@@ -84,9 +89,9 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
         let (_, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
         let rows = tree.list();
         let out = if args.json {
-            listing::json(&rows, tree.list_metadata())
+            list::json(&rows, tree.list_metadata())
         } else {
-            format!("{}\n{}", listing::table(&rows), listing::summary(&rows))
+            format!("{}\n{}", list::table(&rows), list::summary(&rows))
         };
         return std::io::stdout()
             .write_all(out.as_bytes())

@@ -19,10 +19,10 @@ use fuser::{
 mod failures;
 use failures::{Failures, Op};
 
+use crate::base::sys;
 use crate::fs::{self, FsError, Open, TensorFs};
-use crate::names::NAME_MAX;
+use crate::namespace::names::NAME_MAX;
 use crate::namespace::{Attr, Kind};
-use crate::sys;
 
 /// Entry and attribute timeouts. The bytes behind an inode never change, and a changed source
 /// gives new inodes whose old names the refresh invalidates, so the kernel may cache for long.

@@ -2,7 +2,7 @@
 //! them.
 
 use super::*;
-use crate::testing::TempDir;
+use crate::base::testing::TempDir;
 use ::safetensors::tensor::{Dtype as StDtype, TensorView, serialize};
 use std::path::PathBuf;
 

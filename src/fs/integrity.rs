@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::digest::{Sha256, hex};
-use crate::invalidate::{Invalidator, Notice};
+use crate::base::digest::{Sha256, hex};
 use crate::namespace::{Content, Ino, Namespace, Snapshot};
+use crate::refresh::invalidate::{Invalidator, Notice};
 use crate::source::{ReadError, Source, Verdict, Version};
 
 /// The most tensor digests kept; past it the oldest are forgotten (and computed again if asked).
@@ -119,7 +119,7 @@ impl Verifier {
     }
 
     fn run(self) {
-        crate::sys::lowest_priority();
+        crate::base::sys::lowest_priority();
         // Versions tried that could not be read through (changed, unreadable): not tried again.
         let mut failed: HashSet<Version> = HashSet::new();
         // The generation of the last tree whose every file was checked.

@@ -6,6 +6,9 @@
 //! Only this thread writes the namespace. Request handlers that need a directory read again ask
 //! it and wait for the answer; it never waits on them.
 
+pub(crate) mod inotify;
+pub(crate) mod invalidate;
+
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
@@ -16,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
-use crate::inotify::{Event, Inotify};
-use crate::invalidate::{Invalidator, Notice, Sink};
 use crate::namespace::{Diff, Ino, Namespace, Writer};
+use crate::refresh::inotify::{Event, Inotify};
+use crate::refresh::invalidate::{Invalidator, Notice, Sink};
 use crate::source::Sources;
 
 /// After an event, a directory is read once it has been quiet this long...

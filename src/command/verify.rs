@@ -21,12 +21,12 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::cli::VerifyArgs;
-use crate::digest::{Hasher, Sha256, hex, parse_hex};
+use crate::base::digest::{Hasher, Sha256, hex, parse_hex};
+use crate::base::parallel;
+use crate::command::cli::VerifyArgs;
+use crate::command::model::{Model, WeightFile};
 use crate::format::Tensor;
-use crate::model::{Model, WeightFile};
 use crate::namespace::tensor_bytes;
-use crate::parallel;
 use crate::source::{ReadError, Source};
 
 /// The version of the manifest format `--write-manifest` writes.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use log::error;
 
-use crate::sys;
+use crate::base::sys;
 
 /// A line of /proc/self/mountinfo.
 pub struct MountEntry {
