@@ -78,7 +78,7 @@ fn no_string_outside_format_names_a_format() {
         let rel = file.strip_prefix(&root).unwrap();
         let test_file = rel.components().any(|c| c.as_os_str() == "tests")
             || rel.file_name().is_some_and(|n| n == "tests.rs");
-        if rel.starts_with("format") || rel == Path::new("cli.rs") || test_file {
+        if rel.starts_with("format") || rel == Path::new("command/cli.rs") || test_file {
             continue;
         }
         let text = fs::read_to_string(&file).unwrap();
@@ -679,6 +679,58 @@ fn the_format_kit_names_no_format() {
     );
 }
 
+/// The base (`src/base/`: plain helpers every layer may use) uses nothing of the crate outside it.
+#[test]
+fn the_base_uses_nothing_of_the_crate() {
+    let c = read_crate();
+    let base: ModPath = vec!["base".into()];
+    let mut found = Vec::new();
+    for (module, to) in c.edges() {
+        if module.starts_with(&base) {
+            found.extend(
+                to.iter()
+                    .filter(|t| !t.starts_with(&base))
+                    .map(|t| format!("{} uses {}", show(&module), show(t))),
+            );
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the base uses the crate:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The top of `src/` holds only the crate's root, the binary's and the layers' folders: every
+/// other file lies in the folder of what it is.
+#[test]
+fn the_top_of_src_holds_only_the_roots() {
+    let loose: Vec<String> = fs::read_dir(src())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "lib.rs" && n != "main.rs")
+        .collect();
+    assert!(
+        loose.is_empty(),
+        "loose files at the top of src/: {loose:?}"
+    );
+}
+
+/// One module style: a module with submodules is `x/mod.rs`, never `x.rs` beside `x/`.
+#[test]
+fn modules_with_submodules_are_folders_with_a_mod_rs() {
+    let mut all = Vec::new();
+    rust_files(&src(), &mut all);
+    let beside: Vec<String> = all
+        .iter()
+        .filter(|f| f.with_extension("").is_dir())
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(beside.is_empty(), "x.rs beside x/: {beside:?}");
+}
+
 /// A file's text up to its test module.
 fn code_with_strings(file: &Path) -> String {
     let text = fs::read_to_string(file).unwrap();
@@ -731,7 +783,7 @@ fn no_file_outside_format_names_a_format() {
     let mut found = Vec::new();
     for file in all {
         let rel = file.strip_prefix(&root).unwrap();
-        if rel.starts_with("format") || rel == Path::new("cli.rs") {
+        if rel.starts_with("format") || rel == Path::new("command/cli.rs") {
             continue;
         }
         let text = fs::read_to_string(&file).unwrap();
