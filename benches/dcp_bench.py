@@ -38,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BIN = os.environ.get("TENSORMOUNT_BIN", os.path.join(ROOT, "target/release/tensormount"))
-WRITER = os.path.join(ROOT, "tests/python/dcp_checkpoints.py")
+WRITER = os.path.join(ROOT, "tests/python/dcp.py")
 EVERY_CPU = os.sched_getaffinity(0)
 
 

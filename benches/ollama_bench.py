@@ -2,7 +2,7 @@
 """Item 15's ollama store, and the baseline it is measured against.
 
     ollama_bench.py write STORE N
-        Writes a store of N models as ollama writes one (tests/python/ollama_store.py's writer:
+        Writes a store of N models as ollama writes one (tests/python/ollama.py's writer:
         each a GGUF model layer written by gguf-py, a template, params and a license; one
         template blob shared by all), and prints "N FILES": the models and their layer files.
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "pytho
 
 
 def write(root: Path, n: int) -> None:
-    from ollama_store import Store, gguf_bytes
+    from ollama import Store, gguf_bytes
 
     s = Store(root)
     files = 0

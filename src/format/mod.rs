@@ -21,6 +21,7 @@
 //!   parsed;
 //! - [`error`]: why a file is not valid, with the rule it breaks.
 
+mod claims;
 mod converted;
 mod dcp;
 mod description;
@@ -40,6 +41,7 @@ pub mod set;
 mod settings;
 pub mod widen;
 
+pub use claims::{Beside, MAGIC_LEN};
 pub use converted::{Converted, Part};
 pub use description::{
     ChunkAt, Computed, Conversion, Decode, Description, MAX_SLICES, NotOffered, OpenData, ReadAt,
@@ -48,8 +50,7 @@ pub use description::{
 pub use dtype::{Block, Dtype};
 pub use error::{Broken, FormatError};
 pub use formats::{
-    Beside, DCP, Format, GGUF, MAGIC_LEN, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store,
-    conversion_key,
+    DCP, Format, GGUF, OLLAMA, ONNX, PYTORCH, Role, SAFETENSORS, Setting, Store, conversion_key,
 };
 pub use input::Input;
 pub use listing::{Listed, Listing};

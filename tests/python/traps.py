@@ -29,7 +29,7 @@ import zipfile
 import numpy as np
 import torch
 
-from checkpoints import Call
+from pytorch import Call
 from trapkit import Canary, command_line, Ops, call, sglob as stack_global, u, with_prefix
 
 

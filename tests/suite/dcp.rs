@@ -3,7 +3,7 @@
 //! `safetensors.torch.save_file` writes the model's tensors, traps named with nothing run, a
 //! checkpoint shown once its `.metadata` lands, and broken checkpoints named on their
 //! `.metadata`. The checkpoints are written by torch itself, in multi-process gloo runs on
-//! 127.0.0.1 (`tests/python/dcp_checkpoints.py`), and torch's own reader is the oracle.
+//! 127.0.0.1 (`tests/python/dcp.py`), and torch's own reader is the oracle.
 
 use crate::common::*;
 
@@ -26,7 +26,7 @@ fn consolidated_as_torch_does(
 ) -> usize {
     let oracle = json(&python_script(
         py,
-        "dcp_checkpoints.py",
+        "dcp.py",
         &["oracle", s(&src.join(name))],
     ));
     let dir = m.path(name).join("checkpoint.tensors");
@@ -67,7 +67,7 @@ fn consolidated_as_torch_does(
     let want = src.join(format!("{name}.safetensors"));
     python_script(
         py,
-        "dcp_checkpoints.py",
+        "dcp.py",
         &["safetensors", s(&src.join(name)), prefix, s(&want)],
     );
     assert_eq!(
@@ -91,7 +91,7 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
     require_module(&py, "torch");
     let tmp = TempDir::new("dcp-shardings");
     let src = tmp.join("src");
-    python_script(&py, "dcp_checkpoints.py", &["write", s(&src)]);
+    python_script(&py, "dcp.py", &["write", s(&src)]);
     let m = mount_ok(&src, "");
     let mut checked = 0;
     for (name, prefix) in [
@@ -141,7 +141,7 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
     let tree = m.path("mesh/checkpoint.tensors/model/grid/weight");
     let mesh = json(&python_script(
         &py,
-        "dcp_checkpoints.py",
+        "dcp.py",
         &["oracle", s(&src.join("mesh"))],
     ));
     assert_eq!(
@@ -195,7 +195,7 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
         let want = src.join("want.safetensors");
         python_script(
             &py,
-            "dcp_checkpoints.py",
+            "dcp.py",
             &["safetensors", s(&src.join("fsdp2")), prefix, s(&want)],
         );
         assert_eq!(
@@ -211,11 +211,7 @@ fn every_sharding_is_consolidated_as_dcp_to_torch_save_does() {
 /// `tmp/made/benign/`.
 fn benign(py: &Path, tmp: &TempDir) -> std::path::PathBuf {
     let made = tmp.join("made");
-    python_script(
-        py,
-        "dcp_checkpoints.py",
-        &["traps", s(&made), s(&tmp.join("c"))],
-    );
+    python_script(py, "dcp.py", &["traps", s(&made), s(&tmp.join("c"))]);
     made.join("benign")
 }
 
@@ -232,7 +228,7 @@ fn traps_in_metadata_or_objects_are_named_and_nothing_runs() {
     let tmp = TempDir::new("dcp-traps");
     let src = tmp.join("src");
     let canary = tmp.join("canary");
-    python_script(&py, "dcp_checkpoints.py", &["traps", s(&src), s(&canary)]);
+    python_script(&py, "dcp.py", &["traps", s(&src), s(&canary)]);
     let m = mount_ok(&src, "");
     // Each names what it calls, and where (os.system pickles as posix.system).
     for (name, says) in [
@@ -260,7 +256,7 @@ fn traps_in_metadata_or_objects_are_named_and_nothing_runs() {
     // Each is a real trap: torch's reader runs it.
     for name in ["metadata-trap", "object-trap"] {
         let _ = std::process::Command::new(&py)
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/dcp_checkpoints.py"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/dcp.py"))
             .args(["load", s(&src.join(name))])
             .output()
             .unwrap();
@@ -367,7 +363,7 @@ fn broken_checkpoints_are_named_on_their_metadata() {
     require_module(&py, "torch");
     let tmp = TempDir::new("dcp-broken");
     let src = tmp.join("src");
-    python_script(&py, "dcp_checkpoints.py", &["broken", s(&src)]);
+    python_script(&py, "dcp.py", &["broken", s(&src)]);
     let m = mount_ok(&src, "");
     for (name, rule, says) in [
         ("truncated", "[Pickle]", "cut short"),
@@ -474,11 +470,7 @@ fn a_checkpoint_past_4_gib_reads_back_as_torch_loads_it() {
     let tmp = TempDir::new("dcp-huge");
     let src = tmp.join("src");
     let run = src.join("run");
-    let digests = json(&python_script(
-        &py,
-        "dcp_checkpoints.py",
-        &["huge", s(&run)],
-    ));
+    let digests = json(&python_script(&py, "dcp.py", &["huge", s(&run)]));
     let rank0 = run.join("__0_0.distcp");
     assert!(fs::metadata(&rank0).unwrap().len() > 1 << 32);
     let m = mount_ok(&src, "");
@@ -517,16 +509,8 @@ fn large_gathered_tensors_read_back_and_fail_once_cut_short() {
     let tmp = TempDir::new("dcp-large");
     let src = tmp.join("src");
     let ckpt = src.join("mesh");
-    python_script(
-        &py,
-        "dcp_checkpoints.py",
-        &["big", s(&ckpt), "64", "4", "2x2"],
-    );
-    let oracle = json(&python_script(
-        &py,
-        "dcp_checkpoints.py",
-        &["oracle", s(&ckpt)],
-    ));
+    python_script(&py, "dcp.py", &["big", s(&ckpt), "64", "4", "2x2"]);
+    let oracle = json(&python_script(&py, "dcp.py", &["oracle", s(&ckpt)]));
     let tensors = oracle["tensors"].as_object().unwrap();
     assert_eq!(tensors.len(), 2, "{oracle}");
     let m = mount_ok(&src, "");
@@ -541,7 +525,7 @@ fn large_gathered_tensors_read_back_and_fail_once_cut_short() {
     let want = tmp.join("want.safetensors");
     python_script(
         &py,
-        "dcp_checkpoints.py",
+        "dcp.py",
         &["safetensors", s(&ckpt), "model.", s(&want)],
     );
     assert_eq!(

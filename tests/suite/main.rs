@@ -37,7 +37,7 @@ mod onnx;
 /// The Debian package and the wheel.
 mod packaging;
 /// PyTorch checkpoints: tensor files, the virtual safetensors file, malicious pickles.
-mod pickle;
+mod pytorch;
 /// Reads: every path a read takes, against the source's bytes.
 mod reads;
 /// Sources that change while mounted.

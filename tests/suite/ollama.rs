@@ -1,4 +1,4 @@
-//! ollama's model store, written as ollama writes one (`tests/python/ollama_store.py`): every
+//! ollama's model store, written as ollama writes one (`tests/python/ollama.py`): every
 //! manifest's model shown in `by-name/` by the name `ollama list` gives it, each layer a file of
 //! its blob's bytes (`sha256sum` the oracle), the GGUF layers with their tensor files (gguf-py the
 //! oracle), the Modelfile `ollama show --modelfile` prints, and every hostile manifest named on
@@ -18,7 +18,7 @@ fn store(tmp: &TempDir) -> (PathBuf, serde_json::Value) {
     let expect = tmp.join("expect.json");
     python_script(
         &py,
-        "ollama_store.py",
+        "ollama.py",
         &["write", s(&src.join("models")), s(&expect)],
     );
     let expect = json(&fs::read_to_string(expect).unwrap());

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::pickle::{error_of, names_global, touch_everything, virtual_name};
+use super::pytorch::{error_of, names_global, touch_everything, virtual_name};
 
 /// Writes the samples of `script` (`write DIR MARKER`), checks that it wrote `count`, mounts
 /// them, and checks each: a trap (`named` a global) is not offered as safetensors, its

@@ -8,7 +8,7 @@ use super::*;
 use crate::base::testing::read_at;
 use crate::format::{DCP, Dtype};
 
-/// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp_checkpoints.py`'s `tp`).
+/// A checkpoint torch 2.15 wrote on 2 ranks (`tests/python/dcp.py`'s `tp`).
 fn tp() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/format/dcp/testdata/tp")
 }

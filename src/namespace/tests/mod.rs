@@ -7,8 +7,10 @@
 //! Expected results are written out by hand from the documented rules (`doc/layout.md`), never
 //! taken from this code's output. The helpers both use are here.
 
+mod indexes;
 mod layout;
 mod refresh;
+mod tree;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;

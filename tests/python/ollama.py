@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An ollama model store written as ollama writes one, and what each model must show.
 
-    ollama_store.py write STORE EXPECT.json
+    ollama.py write STORE EXPECT.json
 
 Writes, under STORE, `blobs/sha256-HEX` (each named by the SHA-256 of its bytes, mode 0644, as
 ollama's `NewLayer` renames a finished blob into place) and `manifests/HOST/NAMESPACE/MODEL/TAG`

@@ -7,39 +7,39 @@ written by the real writers (torch.save, huggingface_hub's sharding as transform
 `.bin` sets); every expectation comes from torch.load(weights_only=True), the official
 safetensors writer and reader, pickletools and picklescan, never from tensormount.
 
-  checkpoints.py write-fixtures DIR [--only core|sharded]
+  pytorch.py write-fixtures DIR [--only core|sharded]
                                      write the checkpoints (all of them, or one set); JSON
                                      {relative path: "pytorch-zip" | "pytorch-legacy" | what}
-  checkpoints.py tensors FILE...     JSON {FILE: {path: {dtype, shape, sha256, nbytes,
+  pytorch.py tensors FILE...     JSON {FILE: {path: {dtype, shape, sha256, nbytes,
                                      contiguous}}}: torch.load(weights_only=True), nested
                                      dicts and lists flattened into dotted paths
-  checkpoints.py convert FILE OUT [FILE OUT...]
+  pytorch.py convert FILE OUT [FILE OUT...]
                                      the reference conversion of each FILE's state dict with
                                      safetensors.torch.save_file; JSON {FILE: sha256 of OUT}
-  checkpoints.py globals FILE...     JSON {FILE: {"globals": [module.name, ...] in the pickles
+  pytorch.py globals FILE...     JSON {FILE: {"globals": [module.name, ...] in the pickles
                                      (GLOBAL, STACK_GLOBAL, INST, by pickletools), "allowed":
                                      those torch.load(weights_only=True) accepts, "picklescan":
                                      what picklescan calls dangerous, "picklescan_strict": the
                                      same with strict=True}}
-  checkpoints.py write-malicious DIR MARKER
+  pytorch.py write-malicious DIR MARKER
                                      checkpoints whose pickles call os.system & co (each would
                                      create MARKER); JSON {file: {"tensors": {path: {dtype,
                                      shape, hex}}}} of the real tensors beside the calls (hex:
                                      their bytes), as written (never read back)
-  checkpoints.py write-broken DIR    broken checkpoints and a good one; JSON {file: what}
-  checkpoints.py save FILE SEED [--legacy]
+  pytorch.py write-broken DIR    broken checkpoints and a good one; JSON {file: what}
+  pytorch.py save FILE SEED [--legacy]
                                      a small state dict whose values depend on SEED, by
                                      torch.save (zip, or the legacy format)
-  checkpoints.py check-mount [--npy] [--widen f32] FILE DIR [FILE DIR...]
+  pytorch.py check-mount [--npy] [--widen f32] FILE DIR [FILE DIR...]
                                      the mounted tensor directory DIR of each checkpoint FILE
                                      against torch.load: one file per tensor (found by
                                      user.safetensors.name), its bytes, xattrs, and the bytes
                                      at user.safetensors.offset of the source; prints "ok N
                                      tensors" or MISMATCH lines (exit 1)
-  checkpoints.py safe-open VIRTUAL FILE [VIRTUAL FILE...]
+  pytorch.py safe-open VIRTUAL FILE [VIRTUAL FILE...]
                                      safetensors.safe_open(VIRTUAL, "pt") against the state
                                      dict of FILE by torch.load; "ok N tensors" or MISMATCH
-  checkpoints.py from-pretrained MOUNTED SOURCE
+  pytorch.py from-pretrained MOUNTED SOURCE
                                      transformers.AutoModel.from_pretrained(MOUNTED,
                                      use_safetensors=True): its state dict against torch.load of
                                      every shard of SOURCE's pytorch_model.bin.index.json

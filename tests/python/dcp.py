@@ -3,7 +3,7 @@
 multi-process gloo runs on 127.0.0.1 (CPU only), and the oracle that consolidates them.
 Run with the venv python.
 
-  dcp_checkpoints.py write DIR
+  dcp.py write DIR
       writes the checkpoints below into DIR/NAME/ and prints JSON {NAME: ranks}:
       fsdp2   2 ranks, FSDP2 (`fully_shard`): dim-0 chunks, even and uneven (101 rows), an Adam
               optimizer's state, `step`, an LR scheduler's state, the RNG state, a dict of strings
@@ -12,36 +12,36 @@ Run with the venv python.
       mesh    4 ranks, a 2x2 mesh: (Shard(0), Shard(1)) grids, (Replicate, Shard(0)), uneven
       flat    1 rank, torchtitan's layout: the model at the top level beside `optimizer`,
               `lr_scheduler`, `train_state`
-  dcp_checkpoints.py oracle DIR
+  dcp.py oracle DIR
       prints JSON {"tensors": {key: {"dtype", "shape", "sha256"}}} for every tensor of
       dcp_to_torch_save's consolidation of DIR (nested keys joined with "."), "objects": the keys
       of the rest, and "metadata_objects": the keys torch's .metadata says are not tensors
       (BytesStorageMetadata), in its order. Unpickles every item: only for checkpoints the tests
       wrote.
-  dcp_checkpoints.py safetensors DIR PREFIX OUT
+  dcp.py safetensors DIR PREFIX OUT
       writes safetensors.torch.save_file(tensors, metadata={"format": "pt"}) of the consolidated
       tensors whose keys start with PREFIX (PREFIX removed); PREFIX "top" takes every tensor
       outside the groups that are not the model (optim, optimizer, lr_scheduler, dataloader,
       train_state, extra), "all" every tensor.
-  dcp_checkpoints.py traps DIR CANARY
+  dcp.py traps DIR CANARY
       writes two hostile 1-rank checkpoints: DIR/metadata-trap/, whose .metadata calls
       os.system("touch CANARY") before its Metadata object, and DIR/object-trap/, an object item
       whose unpickling runs it; and DIR/benign/, a checkpoint of the same shape without them.
-  dcp_checkpoints.py load DIR
+  dcp.py load DIR
       loads DIR with torch's own reader (dcp_to_torch_save), which unpickles everything.
-  dcp_checkpoints.py broken DIR
+  dcp.py broken DIR
       from a 2-rank checkpoint, writes DIR/NAME/ for each way a checkpoint is broken: truncated
       (.metadata cut in half), missing (a .distcp gone), short (a .distcp cut short), absolute
       and escaping (a relative_path that is absolute or leaves the directory), overlap (two
       chunks over the same rows), transformed (transform_descriptors set), absurd (a tensor of
       2^40 x 2^40 elements), retyped (int32 where the chunks hold float32), hole (a chunk left
       out), outside (a chunk past the tensor's shape); and DIR/good/.
-  dcp_checkpoints.py big DIR MIB RANKS SHARDING
+  dcp.py big DIR MIB RANKS SHARDING
       a checkpoint of about MIB MiB of bf16 weights (the benchmark's), on RANKS ranks, with
       SHARDING fsdp2 or 2x2.
-  dcp_checkpoints.py chunks DIR COUNT
+  dcp.py chunks DIR COUNT
       a 1-rank checkpoint of COUNT small tensors (COUNT chunks).
-  dcp_checkpoints.py huge DIR
+  dcp.py huge DIR
       a 2-rank checkpoint whose rank-0 file passes 4 GiB: `model.huge`, a uint8 tensor of
       4 GiB + 64 KiB that only rank 0 holds (one chunk, an archive that needs zip64), written
       before rank 0's chunk of `model.rows` (Shard(0) over both ranks), which so lies past 4 GiB
