@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn hex_round_trips_and_refuses_what_is_not_64_hex_digits() {
-        let d: Sha256 = std::array::from_fn(|i| i as u8 * 9);
+        let d: Sha256 = std::array::from_fn(|i| (i as u8).wrapping_mul(9));
         assert_eq!(parse_hex(&hex(&d)), Some(d));
         assert_eq!(parse_hex(&hex(&d).to_uppercase()), Some(d));
         assert_eq!(parse_hex(&hex(&d)[1..]), None);

@@ -75,7 +75,7 @@ pub fn sha256sum(bytes: &[u8]) -> String {
 /// What a computed tensor's reader asks of `bytes` (see `format::description::ReadAt`): `bufs`
 /// filled one after the other from `at`, at most `MAX_SLICES` of them.
 pub fn read_at(bytes: &[u8], bufs: &mut [IoSliceMut<'_>], at: u64) -> std::io::Result<()> {
-    assert!(bufs.len() <= crate::format::MAX_SLICES, "too many buffers");
+    assert!(bufs.len() <= super::sys::IOV_MAX, "too many buffers");
     let mut at = at as usize;
     for buf in bufs {
         let n = buf.len();

@@ -20,7 +20,7 @@ use crate::fs::integrity::{Activity, Verifier};
 use crate::fs::tuning::Tuning;
 use crate::fs::{Live, TensorFs};
 use crate::fuse::Fuse;
-use crate::namespace::{Namespace, Options, Writer};
+use crate::namespace::{Namespace, Writer};
 use crate::refresh::{self, Follow, Mode};
 use crate::source::Sources;
 
@@ -70,20 +70,12 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     if helper && args.foreground {
         return Ok(());
     }
-    let build = Options {
-        strict: opts.strict,
-        layout: opts.layout,
-        npy: opts.npy,
-        widen: opts.widen,
-        settle: opts.settle,
-        off: opts.off.clone(),
-    };
+    let build = opts.build.clone();
     // Every source may hold a descriptor: as many as the hard limit allows.
     let sources = Sources::configured(
         Clock::system(),
         sys::raise_descriptor_limit(),
-        opts.settings.clone(),
-        opts.decode_cache,
+        &opts.sources,
     );
     if args.list {
         let (_, tree) = Writer::build(&sources, &source, &build).map_err(|e| e.to_string())?;
@@ -137,7 +129,7 @@ fn run(args: Args, helper: bool) -> Result<(), String> {
     });
     let serve = Serve {
         sources,
-        source_idle: opts.source_idle,
+        source_idle: opts.sources.idle,
         follow,
         verifier,
         auto_unmount: opts.auto_unmount,

@@ -247,7 +247,7 @@ where
 }
 
 /// Most buffers a [`ReadAt`] call is given (Linux's `IOV_MAX`: what one `preadv` takes).
-pub const MAX_SLICES: usize = 1024;
+pub const MAX_SLICES: usize = crate::base::sys::IOV_MAX;
 
 /// How the bytes of a tensor are computed from what its file holds, on read (see
 /// [`Tensor::computed`]).

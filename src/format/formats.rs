@@ -8,11 +8,11 @@ use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::claims::Pattern;
 use super::description::Description;
 use super::error::FormatError;
 use super::input::{Input, Parsed};
 use super::listing::Listing;
+use super::pattern::Pattern;
 use super::{dcp, gguf, ollama, onnx, pytorch, safetensors};
 use crate::base::digest::Sha256;
 

@@ -35,13 +35,13 @@ pub mod kit;
 mod listing;
 mod ollama;
 mod onnx;
+mod pattern;
 mod pytorch;
 mod safetensors;
 pub mod set;
 mod settings;
 pub mod widen;
 
-pub use claims::{Beside, MAGIC_LEN};
 pub use converted::{Converted, Part};
 pub use description::{
     ChunkAt, Computed, Conversion, Decode, Description, MAX_SLICES, NotOffered, OpenData, ReadAt,
@@ -54,6 +54,7 @@ pub use formats::{
 };
 pub use input::Input;
 pub use listing::{Listed, Listing};
+pub use pattern::{Beside, MAGIC_LEN};
 pub use safetensors::rule_name;
 pub use set::{IndexName, Numbered};
 pub use settings::Settings;

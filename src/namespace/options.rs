@@ -13,7 +13,7 @@ use crate::format::{Beside, Format};
 /// short enough that a finished file appears at once to a person watching.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     /// Fail on any invalid safetensors file or broken index instead of warning (at mount).
     pub strict: bool,

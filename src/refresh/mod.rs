@@ -282,18 +282,22 @@ fn start(
         ns,
         settings,
         invalidate,
-        inotify,
-        watches: HashMap::new(),
-        watch_of: HashMap::new(),
-        polled: HashSet::new(),
-        unwatched: HashSet::new(),
+        watched: Watched {
+            inotify,
+            watches: HashMap::new(),
+            watch_of: HashMap::new(),
+            polled: HashSet::new(),
+            unwatched: HashSet::new(),
+            warned_limit: false,
+        },
         dirty: HashMap::new(),
         next_poll: Instant::now() + settings.interval,
-        mode: handle.mode.clone(),
-        stuck: handle.stuck.clone(),
-        pinged: handle.pinged.clone(),
+        flags: Flags {
+            mode: handle.mode.clone(),
+            stuck: handle.stuck.clone(),
+            pinged: handle.pinged.clone(),
+        },
         warned_remote: false,
-        warned_limit: false,
     };
     let snapshot = r.ns.current();
     for ino in r.writer.dirs(&snapshot) {
@@ -312,6 +316,16 @@ struct Refresher {
     ns: Arc<Namespace>,
     settings: Settings,
     invalidate: Invalidator,
+    watched: Watched,
+    /// Directories with events not yet acted on: first and last event.
+    dirty: HashMap<Ino, (Instant, Instant)>,
+    next_poll: Instant,
+    flags: Flags,
+    warned_remote: bool,
+}
+
+/// How each directory is followed: by an inotify watch, or polled.
+struct Watched {
     inotify: Option<Arc<Inotify>>,
     /// Directories by watch (a directory reached through two links has one watch).
     watches: HashMap<i32, Vec<Ino>>,
@@ -319,14 +333,16 @@ struct Refresher {
     polled: HashSet<Ino>,
     /// Directories whose watch the kernel dropped, to watch again if they are still there.
     unwatched: HashSet<Ino>,
-    /// Directories with events not yet acted on: first and last event.
-    dirty: HashMap<Ino, (Instant, Instant)>,
-    next_poll: Instant,
+    /// Whether running out of watches has been logged.
+    warned_limit: bool,
+}
+
+/// What the thread shares with the handle the filesystem holds: the mode it follows in, whether
+/// it is stuck on the source, whether a ping is unanswered.
+struct Flags {
     mode: Arc<AtomicU8>,
     stuck: Arc<AtomicBool>,
     pinged: Arc<AtomicBool>,
-    warned_remote: bool,
-    warned_limit: bool,
 }
 
 impl Refresher {
@@ -336,12 +352,12 @@ impl Refresher {
         loop {
             self.due_work(std::mem::take(&mut everything));
             // Whatever it waited on has answered: requests may wait for this thread again.
-            self.stuck.store(false, Ordering::Relaxed);
+            self.flags.stuck.store(false, Ordering::Relaxed);
             let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
             match rx.recv_timeout(timeout) {
                 Ok(Msg::Events(events)) => self.events(&events, &mut everything),
                 Ok(Msg::RescanAll) => everything = true,
-                Ok(Msg::Ping) => self.pinged.store(false, Ordering::Relaxed),
+                Ok(Msg::Ping) => self.flags.pinged.store(false, Ordering::Relaxed),
                 Ok(Msg::Revalidate(ino, done)) => {
                     let changed =
                         self.writer.may_have_changed(ino) && self.refresh(&[ino], "a lookup");
@@ -362,7 +378,7 @@ impl Refresher {
     fn due_work(&mut self, everything: bool) {
         let now = Instant::now();
         let mut due: HashSet<Ino> = HashSet::new();
-        let poll = !self.polled.is_empty() && now >= self.next_poll;
+        let poll = !self.watched.polled.is_empty() && now >= self.next_poll;
         if poll {
             self.next_poll = now + self.settings.interval;
         }
@@ -388,7 +404,7 @@ impl Refresher {
             self.writer
                 .dirs(&snapshot)
                 .into_iter()
-                .filter(|d| due.contains(d) || (poll && self.polled.contains(d)))
+                .filter(|d| due.contains(d) || (poll && self.watched.polled.contains(d)))
                 .collect()
         };
         drop(snapshot);
@@ -411,7 +427,7 @@ impl Refresher {
             .values()
             .map(|&(first, last)| (last + QUIET).min(first + MAX_DELAY))
             .min();
-        let poll = (!self.polled.is_empty()).then_some(self.next_poll);
+        let poll = (!self.watched.polled.is_empty()).then_some(self.next_poll);
         let settle = self.writer.deadline().map(|(t, _)| t);
         [dirty, poll, settle]
             .into_iter()
@@ -427,7 +443,7 @@ impl Refresher {
                 *everything = true;
                 continue;
             }
-            let Some(inos) = self.watches.get(&e.wd) else {
+            let Some(inos) = self.watched.watches.get(&e.wd) else {
                 continue;
             };
             for &ino in inos {
@@ -439,9 +455,9 @@ impl Refresher {
             if e.mask & libc::IN_IGNORED != 0 {
                 // The directory is gone. Its rescan (marked above) finds it gone, or finds a new
                 // directory at that path that reused its inode number, to be watched again.
-                for ino in self.watches.remove(&e.wd).unwrap_or_default() {
-                    self.watch_of.remove(&ino);
-                    self.unwatched.insert(ino);
+                for ino in self.watched.watches.remove(&e.wd).unwrap_or_default() {
+                    self.watched.watch_of.remove(&ino);
+                    self.watched.unwatched.insert(ino);
                 }
             }
         }
@@ -462,7 +478,7 @@ impl Refresher {
             .new_dirs
             .iter()
             .copied()
-            .chain(std::mem::take(&mut self.unwatched))
+            .chain(std::mem::take(&mut self.watched.unwatched))
             .collect::<Vec<_>>()
         {
             self.watch(ino);
@@ -476,13 +492,13 @@ impl Refresher {
 
     /// Starts following the directory `ino` of SOURCE: a watch, else polling.
     fn watch(&mut self, ino: Ino) {
-        if self.watch_of.contains_key(&ino) || self.polled.contains(&ino) {
+        if self.watched.watch_of.contains_key(&ino) || self.watched.polled.contains(&ino) {
             return;
         }
         let Some(path) = self.writer.watch_path(ino).map(Path::to_path_buf) else {
             return;
         };
-        let inotify = match (&self.inotify, self.settings.mode) {
+        let inotify = match (&self.watched.inotify, self.settings.mode) {
             (Some(i), Mode::Inotify) => Some(i),
             (Some(i), Mode::Auto) if !is_remote(&path) => Some(i),
             (Some(_), _) => {
@@ -501,12 +517,12 @@ impl Refresher {
         };
         match inotify.map(|i| i.add(&path)) {
             Some(Ok(wd)) => {
-                self.watches.entry(wd).or_default().push(ino);
-                self.watch_of.insert(ino, wd);
+                self.watched.watches.entry(wd).or_default().push(ino);
+                self.watched.watch_of.insert(ino, wd);
             }
             Some(Err(e)) => {
-                if e.raw_os_error() == Some(libc::ENOSPC) && !self.warned_limit {
-                    self.warned_limit = true;
+                if e.raw_os_error() == Some(libc::ENOSPC) && !self.watched.warned_limit {
+                    self.watched.warned_limit = true;
                     warn!(
                         "inotify watch limit reached (fs.inotify.max_user_watches, or user.max_inotify_watches in a user namespace): directories \
                          not watched are polled every {:?}",
@@ -515,26 +531,26 @@ impl Refresher {
                 } else {
                     debug!("{}: cannot watch ({e}): polled", path.display());
                 }
-                self.polled.insert(ino);
+                self.watched.polled.insert(ino);
             }
             None => {
-                self.polled.insert(ino);
+                self.watched.polled.insert(ino);
             }
         }
     }
 
     fn unwatch(&mut self, ino: Ino) {
-        self.polled.remove(&ino);
-        self.unwatched.remove(&ino);
+        self.watched.polled.remove(&ino);
+        self.watched.unwatched.remove(&ino);
         self.dirty.remove(&ino);
-        let Some(wd) = self.watch_of.remove(&ino) else {
+        let Some(wd) = self.watched.watch_of.remove(&ino) else {
             return;
         };
-        if let Some(inos) = self.watches.get_mut(&wd) {
+        if let Some(inos) = self.watched.watches.get_mut(&wd) {
             inos.retain(|&i| i != ino);
             if inos.is_empty() {
-                self.watches.remove(&wd);
-                if let Some(i) = &self.inotify {
+                self.watched.watches.remove(&wd);
+                if let Some(i) = &self.watched.inotify {
                     i.remove(wd);
                 }
             }
@@ -542,12 +558,15 @@ impl Refresher {
     }
 
     fn show_mode(&self) {
-        let mode = match (self.watch_of.is_empty(), self.polled.is_empty()) {
+        let mode = match (
+            self.watched.watch_of.is_empty(),
+            self.watched.polled.is_empty(),
+        ) {
             (false, true) => WATCHING_INOTIFY,
             (true, _) => WATCHING_POLL,
             (false, false) => WATCHING_BOTH,
         };
-        self.mode.store(mode, Ordering::Relaxed);
+        self.flags.mode.store(mode, Ordering::Relaxed);
     }
 }
 

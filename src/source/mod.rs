@@ -29,7 +29,6 @@ mod sources;
 mod tests;
 mod version;
 
-pub use decoded::DEFAULT_BUDGET as DEFAULT_DECODE_CACHE;
 pub use error::{DescribeError, PlanError, ReadError, SourceError};
 pub use file::{Hold, Parse, Source, Warning, is_remote};
 pub use gather::Stored;
@@ -38,5 +37,5 @@ pub use opened::Opened;
 pub use read::{Body, Out, Piece, Reading, Wait};
 pub use recorded::{How, Recorded, Verdict};
 pub use registry::Registry;
-pub use sources::Sources;
+pub use sources::{Config, Sources};
 pub use version::{FileId, Version};

@@ -59,6 +59,30 @@ const CLOSER_TICKS: u32 = 4;
 const CLOSER_TICK_MIN: Duration = Duration::from_millis(250);
 const CLOSER_TICK_MAX: Duration = Duration::from_secs(1);
 
+/// `-o source_idle=`'s default: a source unused this long is closed (a model being loaded reads
+/// it again within that; a backend such as s3fs gets its files closed soon after).
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(30);
+
+/// How the sources are read (from `-o`): the formats' own settings, the most bytes of decoded
+/// chunks kept (`decode_cache=`), and how long a source may stay unused before it is closed
+/// (`source_idle=`, the closer thread's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub settings: Settings,
+    pub decode_cache: u64,
+    pub idle: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            settings: Settings::default(),
+            decode_cache: DEFAULT_BUDGET,
+            idle: DEFAULT_IDLE,
+        }
+    }
+}
+
 /// The handle on what the daemon's sources share (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct Sources(Arc<Shared>);
@@ -89,20 +113,15 @@ impl Sources {
     /// `descriptors`: the RLIMIT_NOFILE in force, which bounds how many sources may be open at once
     /// (see [`Sources::cap`]).
     pub fn new(clock: Clock, descriptors: u64) -> Sources {
-        Sources::configured(clock, descriptors, Settings::default(), DEFAULT_BUDGET)
+        Sources::configured(clock, descriptors, &Config::default())
     }
 
-    /// [`Sources::new`], whose readers are given the formats' own `settings`, and whose decoded
-    /// chunks are kept up to `decode_cache` bytes (`-o decode_cache=`).
-    pub fn configured(
-        clock: Clock,
-        descriptors: u64,
-        settings: Settings,
-        decode_cache: u64,
-    ) -> Sources {
+    /// [`Sources::new`], read as `config` says: its readers given the formats' own settings, its
+    /// decoded chunks kept up to `config.decode_cache` bytes.
+    pub fn configured(clock: Clock, descriptors: u64, config: &Config) -> Sources {
         Sources(Arc::new(Shared {
-            settings,
-            decoded: DecodedChunks::new(decode_cache),
+            settings: config.settings.clone(),
+            decoded: DecodedChunks::new(config.decode_cache),
             leases: Leases::new(clock.clone()),
             clock,
             cap: cap_for(descriptors),

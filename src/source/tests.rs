@@ -200,7 +200,14 @@ fn without_a_cache_every_read_decodes_again() {
     let path = dir.join("t.z");
     let want = plain(2 * CHUNK, 1);
     let codec = Arc::new(write(&path, &want));
-    let sources = Sources::configured(Clock::manual(), 64, Default::default(), 0);
+    let sources = Sources::configured(
+        Clock::manual(),
+        64,
+        &super::Config {
+            decode_cache: 0,
+            ..Default::default()
+        },
+    );
     let source = Arc::new(Source::open(&path, &sources).unwrap());
     source.track();
     let t = tensor(codec.clone());

@@ -7,11 +7,11 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
+use crate::format::Format;
 use crate::format::widen::Target;
-use crate::format::{Format, Settings};
-use crate::namespace::{DEFAULT_SETTLE, Layout};
+use crate::namespace::{Layout, Options};
 use crate::refresh::{self, Mode};
-use crate::source::DEFAULT_DECODE_CACHE;
+use crate::source::Config;
 
 /// Mount safetensors files and model directories as read-only trees of raw tensor files.
 ///
@@ -40,25 +40,8 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
 
-    /// mount(8) helper flag (no mtab): ignored.
-    #[arg(short = 'n', action = ArgAction::Count, hide = true)]
-    pub no_mtab: u8,
-
-    /// mount(8) helper flag (sloppy): ignored.
-    #[arg(short = 's', action = ArgAction::Count, hide = true)]
-    pub sloppy: u8,
-
-    /// mount(8) helper flag (verbose): ignored.
-    #[arg(short = 'v', action = ArgAction::Count, hide = true)]
-    pub verbose: u8,
-
-    /// mount(8) helper option (mount namespace): accepted and ignored.
-    #[arg(short = 'N', value_name = "NS", hide = true)]
-    pub namespace: Option<String>,
-
-    /// mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`.
-    #[arg(short = 't', value_name = "TYPE", hide = true)]
-    pub fstype: Option<String>,
+    #[command(flatten)]
+    pub helper: HelperFlags,
 
     /// Mount options, comma-separated (`\,` for a literal comma); may be repeated. See below.
     #[arg(
@@ -85,6 +68,30 @@ pub struct Args {
     /// An existing directory to mount on (not needed with --list).
     #[arg(required_unless_present = "list")]
     pub mountpoint: Option<PathBuf>,
+}
+
+/// What mount(8) hands a mount helper, accepted and (but the type) ignored: hidden from the help.
+#[derive(Debug, clap::Args)]
+pub struct HelperFlags {
+    /// mount(8) helper flag (no mtab): ignored.
+    #[arg(short = 'n', action = ArgAction::Count, hide = true)]
+    pub no_mtab: u8,
+
+    /// mount(8) helper flag (sloppy): ignored.
+    #[arg(short = 's', action = ArgAction::Count, hide = true)]
+    pub sloppy: u8,
+
+    /// mount(8) helper flag (verbose): ignored.
+    #[arg(short = 'v', action = ArgAction::Count, hide = true)]
+    pub verbose: u8,
+
+    /// mount(8) helper option (mount namespace): accepted and ignored.
+    #[arg(short = 'N', value_name = "NS", hide = true)]
+    pub namespace: Option<String>,
+
+    /// mount(8) helper option: the filesystem type, `fuse.tensormount` or `tensormount`.
+    #[arg(short = 't', value_name = "TYPE", hide = true)]
+    pub fstype: Option<String>,
 }
 
 /// The commands beside the mount.
@@ -145,7 +152,7 @@ pub struct DiffArgs {
 impl Args {
     /// Checks what clap cannot: a `-t` type must name this filesystem.
     pub fn check(&self) -> Result<(), String> {
-        match self.fstype.as_deref() {
+        match self.helper.fstype.as_deref() {
             None | Some("tensormount" | "fuse.tensormount") => Ok(()),
             Some(t) => Err(format!(
                 "-t {t}: not a tensormount type (expected fuse.tensormount or tensormount)"
@@ -328,10 +335,6 @@ pub fn invoked_as_helper(argv0: &OsStr) -> bool {
         .is_some_and(|n| n == "mount.tensormount" || n == "mount.fuse.tensormount")
 }
 
-/// `-o source_idle=`'s default: a source unused this long is closed (a model being loaded reads
-/// it again within that; a backend such as s3fs gets its files closed soon after).
-pub const DEFAULT_SOURCE_IDLE: Duration = Duration::from_secs(30);
-
 /// The `-o` options tensormount acts on.
 #[derive(Debug, PartialEq)]
 pub struct MountOptions {
@@ -339,26 +342,17 @@ pub struct MountOptions {
     pub allow_root: bool,
     pub auto_unmount: bool,
     pub fsname: Option<String>,
-    pub strict: bool,
     pub noexec: bool,
-    pub npy: bool,
-    /// `dtype=`: the type narrower floats are widened to.
-    pub widen: Option<Target>,
-    pub layout: Layout,
-    /// `pickle=off`, `gguf=off`: the formats not read.
-    pub off: Vec<Format>,
-    /// The formats' own options (`dcp_model=all`), parsed by their formats.
-    pub settings: Settings,
+    /// How the tree is built: `strict`, `npy`, `dtype=`, `layout=`, `settle=`, the formats
+    /// turned off (`pickle=off`).
+    pub build: Options,
+    /// How the sources are read: the formats' own options (`dcp_model=all`), `decode_cache=`,
+    /// `source_idle=`.
+    pub sources: Config,
     /// `verify`: weight files with a recorded digest are hashed in the background.
     pub verify: bool,
     /// How the mount follows changes of SOURCE.
     pub refresh: refresh::Settings,
-    /// How long a file seen changing in place must stay unchanged to be interpreted.
-    pub settle: Duration,
-    /// A source unused for this long is closed (its descriptor and mapping).
-    pub source_idle: Duration,
-    /// `decode_cache=`: the most bytes of decoded chunks kept.
-    pub decode_cache: u64,
     /// `kernel_cache`: the mount's page cache for every file, instead of direct I/O.
     pub kernel_cache: bool,
 }
@@ -370,18 +364,11 @@ impl Default for MountOptions {
             allow_root: false,
             auto_unmount: false,
             fsname: None,
-            strict: false,
             noexec: false,
-            npy: false,
-            widen: None,
-            layout: Layout::Flat,
-            off: Vec::new(),
-            settings: Settings::default(),
+            build: Options::default(),
+            sources: Config::default(),
             verify: false,
             refresh: refresh::Settings::default(),
-            settle: DEFAULT_SETTLE,
-            source_idle: DEFAULT_SOURCE_IDLE,
-            decode_cache: DEFAULT_DECODE_CACHE,
             kernel_cache: false,
         }
     }
@@ -430,28 +417,28 @@ impl MountOptions {
                 ("allow_other", None) => opts.allow_other = true,
                 ("allow_root", None) => opts.allow_root = true,
                 ("auto_unmount", None) => opts.auto_unmount = true,
-                ("strict", None) => opts.strict = true,
+                ("strict", None) => opts.build.strict = true,
                 ("noexec", None) => opts.noexec = true,
-                ("npy", None) => opts.npy = true,
+                ("npy", None) => opts.build.npy = true,
                 ("verify", None) => opts.verify = true,
                 ("direct_io", None) => opts.kernel_cache = false,
                 ("kernel_cache", None) => opts.kernel_cache = true,
                 ("dtype", Some(v)) => match Target::parse(v) {
-                    Some(t) => opts.widen = Some(t),
+                    Some(t) => opts.build.widen = Some(t),
                     None => {
                         return Err(format!(
                             "mount option `{opt}`: the types are `f32` and `f64`"
                         ));
                     }
                 },
-                ("layout", Some("flat")) => opts.layout = Layout::Flat,
-                ("layout", Some("tree")) => opts.layout = Layout::Tree,
+                ("layout", Some("flat")) => opts.build.layout = Layout::Flat,
+                ("layout", Some("tree")) => opts.build.layout = Layout::Tree,
                 (name, Some(value)) if let Some(format) = set_by(name) => {
-                    opts.settings.set(format, value)?;
+                    opts.sources.settings.set(format, value)?;
                 }
                 (name, value) if let Some(format) = toggled(name) => match value {
-                    Some("on") => opts.off.retain(|f| *f != format),
-                    Some("off") if !opts.off.contains(&format) => opts.off.push(format),
+                    Some("on") => opts.build.off.retain(|f| *f != format),
+                    Some("off") if !opts.build.off.contains(&format) => opts.build.off.push(format),
                     Some("off") => {}
                     _ => {
                         return Err(format!(
@@ -486,7 +473,7 @@ impl MountOptions {
                     }
                 },
                 ("settle", Some(v)) => match seconds(v) {
-                    Some(d) => opts.settle = d,
+                    Some(d) => opts.build.settle = d,
                     None => {
                         return Err(format!(
                             "mount option `{opt}`: a number of seconds, e.g. 1 or 0.2"
@@ -494,7 +481,7 @@ impl MountOptions {
                     }
                 },
                 ("source_idle", Some(v)) => match seconds(v) {
-                    Some(d) => opts.source_idle = d,
+                    Some(d) => opts.sources.idle = d,
                     None => {
                         return Err(format!(
                             "mount option `{opt}`: a number of seconds, e.g. 30 or 0.5"
@@ -502,7 +489,7 @@ impl MountOptions {
                     }
                 },
                 ("decode_cache", Some(v)) => match size(v) {
-                    Some(n) => opts.decode_cache = n,
+                    Some(n) => opts.sources.decode_cache = n,
                     None => {
                         return Err(format!(
                             "mount option `{opt}`: a size in bytes, or with K, M or G (256M)"

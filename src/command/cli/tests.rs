@@ -41,11 +41,11 @@ fn splits_with_escapes() {
 #[test]
 fn known_options() {
     let o = parse(&["ro,allow_other", "fsname=my\\,model,strict", "auto_unmount"]).unwrap();
-    assert!(o.allow_other && o.strict && o.auto_unmount && !o.allow_root);
+    assert!(o.allow_other && o.build.strict && o.auto_unmount && !o.allow_root);
     assert_eq!(o.fsname.as_deref(), Some("my,model"));
     let o = parse(&["npy,layout=tree"]).unwrap();
-    assert!(o.npy && o.layout == Layout::Tree);
-    assert_eq!(parse(&["layout=flat"]).unwrap().layout, Layout::Flat);
+    assert!(o.build.npy && o.build.layout == Layout::Tree);
+    assert_eq!(parse(&["layout=flat"]).unwrap().build.layout, Layout::Flat);
 }
 
 #[test]
@@ -101,21 +101,24 @@ fn refresh_options() {
     let o = parse(&[]).unwrap();
     assert_eq!(o.refresh.mode, Mode::Auto);
     assert_eq!(o.refresh.interval, Duration::from_secs(30));
-    assert_eq!(o.settle, Duration::from_secs(1));
+    assert_eq!(o.build.settle, Duration::from_secs(1));
     let o = parse(&["refresh=poll,refresh_interval=0.25,settle=0"]).unwrap();
     assert_eq!(o.refresh.mode, Mode::Poll);
     assert_eq!(o.refresh.interval, Duration::from_millis(250));
-    assert_eq!(o.settle, Duration::ZERO);
-    assert_eq!(o.source_idle, Duration::from_secs(30));
-    assert_eq!(o.decode_cache, 256 << 20);
+    assert_eq!(o.build.settle, Duration::ZERO);
+    assert_eq!(o.sources.idle, Duration::from_secs(30));
+    assert_eq!(o.sources.decode_cache, 256 << 20);
     for (v, n) in [("0", 0), ("4096", 4096), ("64K", 64 << 10), ("1g", 1 << 30)] {
         assert_eq!(
-            parse(&[&format!("decode_cache={v}")]).unwrap().decode_cache,
+            parse(&[&format!("decode_cache={v}")])
+                .unwrap()
+                .sources
+                .decode_cache,
             n
         );
     }
     assert_eq!(
-        parse(&["source_idle=2.5"]).unwrap().source_idle,
+        parse(&["source_idle=2.5"]).unwrap().sources.idle,
         Duration::from_millis(2500)
     );
     for (v, mode) in [

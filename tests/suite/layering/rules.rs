@@ -172,3 +172,66 @@ fn no_file_outside_format_names_a_format() {
         found.join("\n")
     );
 }
+
+/// No struct of `src/` has more than 10 fields, and no `impl` block is over 400 lines, but the
+/// pickle machine's (one method an opcode family). Read from the text: a struct's fields are the
+/// lines one indent in that name a field, an impl the lines to its closing brace.
+#[test]
+fn structs_and_impls_stay_small() {
+    let mut all = Vec::new();
+    rust_files(&src(), &mut all);
+    let mut found = Vec::new();
+    for file in all {
+        let text = fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            let indent = line.len() - trimmed.len();
+            let is_struct = [
+                "struct ",
+                "pub struct ",
+                "pub(crate) struct ",
+                "pub(super) struct ",
+            ]
+            .iter()
+            .any(|p| trimmed.starts_with(p))
+                && trimmed.ends_with('{');
+            if is_struct {
+                let close = format!("{}}}", " ".repeat(indent));
+                let inner = " ".repeat(indent + 4);
+                let fields = lines[i + 1..]
+                    .iter()
+                    .take_while(|l| !l.starts_with(&close))
+                    .filter(|l| {
+                        l.strip_prefix(&inner).is_some_and(|f| {
+                            let f = f
+                                .trim_start_matches("pub(crate) ")
+                                .trim_start_matches("pub(super) ");
+                            let f = f.trim_start_matches("pub ");
+                            f.split_once(": ").is_some_and(|(name, _)| {
+                                !name.is_empty()
+                                    && name.chars().all(|c| {
+                                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+                                    })
+                            })
+                        })
+                    })
+                    .count();
+                if fields > 10 {
+                    found.push(format!("{}:{}: {fields} fields", file.display(), i + 1));
+                }
+            }
+            if line.starts_with("impl") && line.ends_with('{') && !line.contains("Machine") {
+                let len = lines[i + 1..].iter().take_while(|l| **l != "}").count();
+                if len > 400 {
+                    found.push(format!(
+                        "{}:{}: an impl of {len} lines",
+                        file.display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "too large:\n{}", found.join("\n"));
+}

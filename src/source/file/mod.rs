@@ -28,6 +28,8 @@ use crate::base::sys;
 use crate::format::set::index::{self, Index, Plan};
 use crate::format::{Converted, Description, Format, Input, MAGIC_LEN};
 
+mod interpreted;
+
 /// Filesystem types (`statfs.f_type`) that may stall and whose changes made elsewhere inotify
 /// never reports: NFS, SMB, SMB2, CIFS, FUSE, 9p, Ceph, Lustre, GPFS, AFS.
 const REMOTE: [i64; 10] = [
@@ -82,20 +84,40 @@ pub struct Source {
     sources: Sources,
     /// Its descriptor and mapping while open.
     slot: Arc<Slot>,
+    noticed: Noticed,
+    interpreted: Interpreted,
+    integrity: Integrity,
+}
+
+/// What has been noticed of a version, and said once.
+#[derive(Debug, Default)]
+struct Noticed {
     /// Set once an in-place change has been noticed (and warned about).
     changed: AtomicBool,
     /// The kinds of problem with this version already warned about (bits of [`Warning`]).
     warned: AtomicU8,
-    /// Its tensors as a file of each format (by [`Format::position`]), read on first use. A file is
-    /// only ever asked for the one format its name says.
-    described: [OnceLock<Described>; Format::ALL.len()],
+}
+
+/// What a version holds once interpreted, each read on first use.
+#[derive(Debug, Default)]
+struct Interpreted {
+    /// Its tensors as a file of the format its name says, with that format. A file is
+    /// interpreted as one format: asked as another (a file that two names of different formats
+    /// reach), it is a file of another kind to that one (`other`), shown as a mirrored file only.
+    described: OnceLock<(Format, Described)>,
+    other: OnceLock<Described>,
     /// For a valid file of its format: the count and digest of its tensor names
     /// ([`index::digest`]).
     digest: OnceLock<(usize, u64)>,
-    /// For an index, on first use: what it says, in brief.
+    /// For an index: what it says, in brief.
     plan: OnceLock<Result<Arc<Plan>, Arc<PlanError>>>,
-    /// For a valid checkpoint of another format, on first use: what it converts to.
+    /// For a valid checkpoint of another format: what it converts to.
     converted: OnceLock<Option<Offered>>,
+}
+
+/// What is known of whether its bytes are the published ones.
+#[derive(Debug)]
+struct Integrity {
     /// For a weight file, on first use: the SHA-256 its source records (see [`recorded`]).
     recorded: OnceLock<Option<Arc<Recorded>>>,
     /// Under `-o verify`, once its bytes were hashed: whether they are the recorded ones.
@@ -125,14 +147,12 @@ impl Source {
             remote,
             sources: sources.clone(),
             slot: Arc::new(Slot::new(Some(Arc::new(opened)), sources.clock().ms())),
-            changed: AtomicBool::new(false),
-            warned: AtomicU8::new(0),
-            described: Default::default(),
-            digest: OnceLock::new(),
-            plan: OnceLock::new(),
-            converted: OnceLock::new(),
-            recorded,
-            verdict: OnceLock::new(),
+            noticed: Noticed::default(),
+            interpreted: Interpreted::default(),
+            integrity: Integrity {
+                recorded,
+                verdict: OnceLock::new(),
+            },
         })
     }
 
@@ -149,7 +169,8 @@ impl Source {
     /// a checksum file), looked up on first use: a few small reads beside it, never its bytes.
     /// Only a weight file or a cache blob may have one; any other file has none, known at once.
     pub fn recorded(&self) -> Option<&Arc<Recorded>> {
-        self.recorded
+        self.integrity
+            .recorded
             .get_or_init(|| recorded::recorded(&self.entry, &self.path).map(Arc::new))
             .as_ref()
     }
@@ -157,7 +178,7 @@ impl Source {
     /// [`Source::recorded`] without looking anything up: `None` until it has been looked up
     /// (never for a file that cannot have a record).
     pub fn recorded_if_known(&self) -> Option<Option<&Arc<Recorded>>> {
-        self.recorded.get().map(Option::as_ref)
+        self.integrity.recorded.get().map(Option::as_ref)
     }
 
     /// The SHA-256 of this version's bytes and of each `(start, len)` span of them, from one pass
@@ -180,12 +201,12 @@ impl Source {
 
     /// Whether this version's bytes were found to be the recorded ones, once hashed.
     pub fn verdict(&self) -> Option<Verdict> {
-        self.verdict.get().copied()
+        self.integrity.verdict.get().copied()
     }
 
     /// Records what hashing this version found (once: a version's bytes never change).
     pub fn set_verdict(&self, verdict: Verdict) {
-        let _ = self.verdict.set(verdict);
+        let _ = self.integrity.verdict.set(verdict);
     }
 
     pub fn len(&self) -> u64 {
@@ -199,128 +220,6 @@ impl Source {
 
     pub fn is_empty(&self) -> bool {
         self.version.size == 0
-    }
-
-    /// Its tensors as a file of `format` (read on first call), or why it has none.
-    pub fn describe(&self, format: Format) -> &Described {
-        self.describe_in(format, None)
-    }
-
-    /// Whether a description of it failed on another file it names (see
-    /// [`crate::format::FormatError::in_other_file`]), which may have changed since while this
-    /// version did not: the registry then opens it again, and the new source reads it again.
-    pub fn read_again(&self) -> bool {
-        self.described.iter().any(|d| {
-            matches!(d.get(), Some(Err(e)) if matches!(&**e, DescribeError::Invalid(f) if f.in_other_file()))
-        })
-    }
-
-    /// [`Source::describe`], the data files its reader opens (if it is read now) looked for in
-    /// `dir`, the directory it is claimed in (which a file reached through links has several of),
-    /// else where it was found.
-    pub fn describe_in(&self, format: Format, dir: Option<&Path>) -> &Described {
-        self.described[format.position()].get_or_init(|| {
-            let unreadable = |e| DescribeError::Unreadable(self.path.clone(), e);
-            let file = self.file_for_read().map_err(unreadable)?;
-            let open = |name: &str| self.open_beside(dir, name);
-            let mut input = Input::new(&file, &self.path, &open);
-            if let Some(setting) = self.sources.settings().of(format) {
-                input = input.with_setting(setting);
-            }
-            let description = format.read(input).map_err(DescribeError::Invalid)?;
-            Ok(Arc::new(description))
-        })
-    }
-
-    /// Opens the file `name` beside this one (in `dir`, else where it was found) for its reader:
-    /// only below SOURCE, links followed only while they stay there (`EXDEV` for one that
-    /// leaves it); nothing where SOURCE is a single file.
-    fn open_beside(&self, dir: Option<&Path>, name: &str) -> std::io::Result<File> {
-        let outside = || std::io::Error::from_raw_os_error(libc::EXDEV);
-        let root = self.sources.root().ok_or_else(outside)?;
-        let dir = dir.or(self.entry.parent()).ok_or_else(outside)?;
-        let path = dir.join(name);
-        let rel = path.strip_prefix(&root).map_err(|_| outside())?;
-        match sys::open_beneath(&root, rel) {
-            // A kernel before 5.6: the file itself, no link followed.
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => File::options()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(&path),
-            opened => opened,
-        }
-    }
-
-    /// The safetensors file this valid file of `format` converts to, or why it is not offered as
-    /// one; `None` for a safetensors file, or one that is not valid.
-    pub fn converted(&self, format: Format) -> Option<&Offered> {
-        self.converted
-            .get_or_init(|| {
-                let wanted = self.describe(format).as_ref().ok()?.conversion.as_ref()?;
-                Some(match wanted {
-                    Ok(conversion) => Converted::of(conversion)
-                        .map(Arc::new)
-                        .map_err(|e| Arc::from(format!("not offered as safetensors: {e}"))),
-                    Err(why) => Err(Arc::from(why.to_string())),
-                })
-            })
-            .as_ref()
-    }
-
-    /// The file parsed as an index, or why it is broken. Parsed anew on each call: an index of a
-    /// large set is megabytes of memory; what is kept of it is its [`Plan`].
-    pub fn index(&self) -> Result<Index, PlanError> {
-        let file = self.file_for_read().map_err(PlanError::Unreadable)?;
-        index::read(&file, self.version.size).map_err(PlanError::Invalid)
-    }
-
-    /// What this index says, in brief (parsed on first call), or why it is broken.
-    pub fn plan(&self) -> &Result<Arc<Plan>, Arc<PlanError>> {
-        self.plan.get_or_init(|| {
-            self.index()
-                .map(|idx| Arc::new(Plan::of(idx)))
-                .map_err(Arc::new)
-        })
-    }
-
-    /// Whether it has been interpreted as `what`.
-    pub fn is_parsed(&self, what: Parse) -> bool {
-        match what {
-            Parse::Tensors(format) => self.described[format.position()].get().is_some(),
-            Parse::Index => self.plan.get().is_some(),
-        }
-    }
-
-    /// Interprets it as `what` now, for later use (claimed in the directory `dir`), and counts the
-    /// call to the source.
-    pub fn parse(&self, what: Parse, dir: &Path) {
-        match what {
-            Parse::Tensors(format) => {
-                let _ = self.describe_in(format, Some(dir));
-            }
-            Parse::Index => {
-                let _ = self.plan();
-            }
-        }
-        self.sources.step();
-    }
-
-    /// The count and digest of the tensor names of this file of `format` (none if it is not
-    /// valid).
-    pub fn digest(&self, format: Format) -> (usize, u64) {
-        *self.digest.get_or_init(|| match self.describe(format) {
-            Ok(d) => index::digest(d.tensors.iter().map(|t| &*t.name)),
-            Err(_) => (0, 0),
-        })
-    }
-
-    /// Where the data its tensors' offsets are relative to starts (0 before it is described, or
-    /// if it is not valid).
-    pub fn data_start(&self) -> u64 {
-        self.described
-            .iter()
-            .find_map(|d| Some(d.get()?.as_ref().ok()?.data_start))
-            .unwrap_or(0)
     }
 
     /// Its bytes, the first `max` of them at most (a small file read whole: a store's descriptor,
@@ -342,27 +241,11 @@ impl Source {
         start
     }
 
-    /// The format it was described in, if it has valid tensors.
-    pub fn format(&self) -> Option<Format> {
-        Format::ALL
-            .into_iter()
-            .zip(&self.described)
-            .find_map(|(f, d)| d.get()?.as_ref().ok().map(|_| f))
-    }
-
-    /// What its reader found it to be (`safetensors`, `pytorch-zip`, ...), if it has valid
-    /// tensors.
-    pub fn kind(&self) -> Option<&'static str> {
-        self.described
-            .iter()
-            .find_map(|d| Some(d.get()?.as_ref().ok()?.kind))
-    }
-
     /// True the first time only: whoever warns about a problem of this kind with this version
     /// (a rescan that finds the same version again says nothing).
     pub fn first_warning(&self, kind: Warning) -> bool {
         let bit = 1 << kind as u8;
-        self.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0
+        self.noticed.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0
     }
 
     /// Whether the path this version was found at now holds another version (or nothing): it was
@@ -383,7 +266,7 @@ impl Source {
                 Ok(Opened::new(fd, &self.version, !self.remote))
             })
             .map_err(|e: SourceError| {
-                if !self.changed.swap(true, Ordering::Relaxed) {
+                if !self.noticed.changed.swap(true, Ordering::Relaxed) {
                     warn!(
                         "{}: {e}; reads of the old version fail",
                         self.path.display()
@@ -410,7 +293,7 @@ impl Source {
     /// [`Opened::unchanged`]); warns once when it does not.
     pub fn intact(&self, opened: &Opened, end: u64) -> bool {
         let ok = opened.unchanged(end);
-        if !ok && !self.changed.swap(true, Ordering::Relaxed) {
+        if !ok && !self.noticed.changed.swap(true, Ordering::Relaxed) {
             warn!(
                 "{}: changed in place since it was opened (truncated or rewritten); reads of the \
                  old version fail",
