@@ -13,7 +13,8 @@ use crate::namespace::{Layout, Options};
 use crate::refresh::{self, Mode};
 use crate::source::Config;
 
-/// Mount safetensors files and model directories as read-only trees of raw tensor files.
+/// Mount safetensors files, PyTorch, GGUF, ONNX and DCP checkpoints, ollama stores and model
+/// directories as read-only trees of raw tensor files.
 ///
 /// `tensormount SOURCE MOUNTPOINT` mounts; `tensormount verify` and `tensormount diff` check and
 /// compare models without mounting. A SOURCE named like a command is given as `./verify`.
@@ -336,7 +337,7 @@ pub fn invoked_as_helper(argv0: &OsStr) -> bool {
 }
 
 /// The `-o` options tensormount acts on.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct MountOptions {
     pub allow_other: bool,
     pub allow_root: bool,
@@ -355,23 +356,6 @@ pub struct MountOptions {
     pub refresh: refresh::Settings,
     /// `kernel_cache`: the mount's page cache for every file, instead of direct I/O.
     pub kernel_cache: bool,
-}
-
-impl Default for MountOptions {
-    fn default() -> MountOptions {
-        MountOptions {
-            allow_other: false,
-            allow_root: false,
-            auto_unmount: false,
-            fsname: None,
-            noexec: false,
-            build: Options::default(),
-            sources: Config::default(),
-            verify: false,
-            refresh: refresh::Settings::default(),
-            kernel_cache: false,
-        }
-    }
 }
 
 /// Generic options that mount(8), mount.fuse3 and fstab hand to a FUSE daemon: accepted, no effect.

@@ -132,3 +132,27 @@ fn refresh_options() {
         );
     }
 }
+
+/// Each format's toggle is taken by its option's name (`pickle=off`, as documented) and by the
+/// format's own name (`pytorch=off`); its own setting is parsed by the format, once.
+#[test]
+fn formats_are_turned_off_by_their_toggle_or_their_name() {
+    let toggled = |opt: &str| parse(&[opt]).unwrap().build.off;
+    for f in Format::ALL.into_iter().filter(|f| f.toggle().is_some()) {
+        let by_toggle = toggled(&format!("{}=off", f.toggle().unwrap()));
+        assert_eq!(by_toggle, [f], "{f:?}");
+        assert_eq!(toggled(&format!("{}=off", f.name())), [f], "{f:?}");
+    }
+    assert_eq!(toggled("pytorch=off,pickle=on"), []);
+    // A format without a toggle (safetensors itself) is not turned off by its name.
+    assert!(parse(&["safetensors=off"]).is_err());
+    let e = parse(&["dcp_model="]).unwrap_err();
+    assert!(e.contains("dcp_model="), "{e}");
+    assert_eq!(
+        parse(&["dcp_model=ema"]).unwrap().sources.settings,
+        parse(&["dcp_model=all,dcp_model=ema"])
+            .unwrap()
+            .sources
+            .settings
+    );
+}
