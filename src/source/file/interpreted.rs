@@ -14,25 +14,16 @@ impl Source {
     /// [`crate::format::FormatError::in_other_file`]), which may have changed since while this
     /// version did not: the registry then opens it again, and the new source reads it again.
     pub fn read_again(&self) -> bool {
-        matches!(self.described(), Some(Err(e)) if matches!(&**e, DescribeError::Invalid(f) if f.in_other_file()))
+        self.interpreted.described.iter().any(|d| {
+            matches!(d.get(), Some(Err(e)) if matches!(&**e, DescribeError::Invalid(f) if f.in_other_file()))
+        })
     }
 
     /// [`Source::describe`], the data files its reader opens (if it is read now) looked for in
     /// `dir`, the directory it is claimed in (which a file reached through links has several of),
     /// else where it was found.
     pub fn describe_in(&self, format: Format, dir: Option<&Path>) -> &Described {
-        let (first, described) = self
-            .interpreted
-            .described
-            .get_or_init(|| (format, self.read_as(format, dir)));
-        if *first == format {
-            return described;
-        }
-        self.interpreted.other.get_or_init(|| {
-            Err(Arc::new(DescribeError::Invalid(
-                crate::format::FormatError::Foreign(self.path.clone()),
-            )))
-        })
+        self.interpreted.described[format.position()].get_or_init(|| self.read_as(format, dir))
     }
 
     /// Its tensors read as a file of `format`, its data files looked for in `dir` (see
@@ -49,9 +40,12 @@ impl Source {
         Ok(Arc::new(description))
     }
 
-    /// Its description, if it has been read.
-    fn described(&self) -> Option<&Described> {
-        self.interpreted.described.get().map(|(_, d)| d)
+    /// Its valid descriptions read so far, by format.
+    fn valid(&self) -> impl Iterator<Item = (Format, &Arc<Description>)> {
+        Format::ALL
+            .into_iter()
+            .zip(&self.interpreted.described)
+            .filter_map(|(f, d)| Some((f, d.get()?.as_ref().ok()?)))
     }
 
     /// Opens the file `name` beside this one (in `dir`, else where it was found) for its reader:
@@ -109,11 +103,9 @@ impl Source {
     /// Whether it has been interpreted as `what`.
     pub fn is_parsed(&self, what: Parse) -> bool {
         match what {
-            Parse::Tensors(format) => self
-                .interpreted
-                .described
+            Parse::Tensors(format) => self.interpreted.described[format.position()]
                 .get()
-                .is_some_and(|(f, _)| *f == format),
+                .is_some(),
             Parse::Index => self.interpreted.plan.get().is_some(),
         }
     }
@@ -147,20 +139,17 @@ impl Source {
     /// Where the data its tensors' offsets are relative to starts (0 before it is described, or
     /// if it is not valid).
     pub fn data_start(&self) -> u64 {
-        self.described()
-            .and_then(|d| Some(d.as_ref().ok()?.data_start))
-            .unwrap_or(0)
+        self.valid().next().map_or(0, |(_, d)| d.data_start)
     }
 
     /// The format it was described in, if it has valid tensors.
     pub fn format(&self) -> Option<Format> {
-        let (format, d) = self.interpreted.described.get()?;
-        d.as_ref().ok().map(|_| *format)
+        self.valid().next().map(|(f, _)| f)
     }
 
     /// What its reader found it to be (`safetensors`, `pytorch-zip`, ...), if it has valid
     /// tensors.
     pub fn kind(&self) -> Option<&'static str> {
-        Some(self.described()?.as_ref().ok()?.kind)
+        self.valid().next().map(|(_, d)| d.kind)
     }
 }

@@ -101,11 +101,10 @@ struct Noticed {
 /// What a version holds once interpreted, each read on first use.
 #[derive(Debug, Default)]
 struct Interpreted {
-    /// Its tensors as a file of the format its name says, with that format. A file is
-    /// interpreted as one format: asked as another (a file that two names of different formats
-    /// reach), it is a file of another kind to that one (`other`), shown as a mirrored file only.
-    described: OnceLock<(Format, Described)>,
-    other: OnceLock<Described>,
+    /// Its tensors as a file of each format it is asked for (by [`Format::position`]): the one
+    /// its name says, and others where names of other formats reach it (hard links, symbolic
+    /// links of other names), each read on first use.
+    described: [OnceLock<Described>; Format::ALL.len()],
     /// For a valid file of its format: the count and digest of its tensor names
     /// ([`index::digest`]).
     digest: OnceLock<(usize, u64)>,
