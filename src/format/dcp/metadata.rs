@@ -120,19 +120,9 @@ pub(super) fn unsafe_globals(p: &Pickle) -> Vec<String> {
 /// Reads the bytes of a `.metadata`: its pickle, its globals checked, walked.
 pub(super) fn read(bytes: &[u8]) -> Result<Checkpoint, DcpError> {
     let p = pickle::load(bytes, allowed).map_err(|e| {
-        // The machine names the globals read before the failure that torch.save's list lacks;
-        // those of this list are no trap.
-        let named: Vec<String> = e
-            .unsafe_globals
-            .iter()
-            .filter(|g| {
-                g.rsplit_once('.')
-                    .is_none_or(|(module, name)| !allowed(module, name))
-            })
-            .cloned()
-            .collect();
-        if !named.is_empty() {
-            return trap(&named);
+        // The globals off this list that the pickle named before it failed: a trap.
+        if !e.unsafe_globals.is_empty() {
+            return trap(&e.unsafe_globals);
         }
         DcpError {
             rule: Rule::Pickle,
